@@ -1,0 +1,187 @@
+"""Who may talk: projects, their keys and workspaces, agent names and sessions.
+
+These rows are the identity layer both halves of plumb share; the mailbox
+and rooms only add what they carry. Every uniqueness rule that a service
+relies on is also a named database constraint, because services check first
+for a friendly error but the constraint is what holds under concurrency.
+"""
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from plumb_site.ids import new_public_id
+
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}$"
+HANDLE_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
+slug_validator = RegexValidator(
+    SLUG_PATTERN, "Use 1-64 lower-case letters, digits or '-', starting with a letter or digit."
+)
+handle_validator = RegexValidator(
+    HANDLE_PATTERN,
+    "Use 1-64 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit.",
+)
+
+
+def session_public_id() -> str:
+    return new_public_id("ses")
+
+
+class Project(models.Model):
+    slug = models.CharField(max_length=64, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=200, blank=True)
+    mailbox_enabled = models.BooleanField(
+        default=True, help_text="Whether sessions of this project may send and receive notes."
+    )
+    max_exchanges = models.PositiveIntegerField(
+        default=20,
+        validators=[MinValueValidator(1)],
+        help_text="How many notes a new conversation may hold (frozen per conversation).",
+    )
+    accept_all_projects = models.BooleanField(
+        default=False,
+        help_text="Accept notes and room joins from every project, without per-project opt-ins.",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_exchanges__gte=1), name="project_max_exchanges_at_least_1"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class CrossProjectOptIn(models.Model):
+    """``project`` accepts traffic (notes, room joins) from ``source``."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="optins")
+    source = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="optins_granted_to")
+    created_by = models.CharField(max_length=150, help_text="Operator who granted it.")
+    created_at = models.DateTimeField(default=timezone.now)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        verbose_name = "cross-project opt-in"
+        ordering = ["project__slug", "source__slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "source"], name="optin_unique_pair"),
+            models.CheckConstraint(condition=~Q(project=models.F("source")), name="optin_not_self"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project} accepts {self.source}"
+
+
+class ProjectKey(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="keys")
+    prefix = models.CharField(max_length=8, unique=True, editable=False)
+    key_hash = models.CharField(max_length=64, editable=False)
+    label = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    created_by = models.CharField(max_length=150, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["project__slug", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"plumb_key_{self.prefix}_…"
+
+    @property
+    def display_prefix(self) -> str:
+        return f"plumb_key_{self.prefix}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class Workspace(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="workspaces")
+    slug = models.CharField(max_length=64, validators=[slug_validator])
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["project__slug", "slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "slug"], name="workspace_unique_slug"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.slug}"
+
+
+class AgentName(models.Model):
+    """A handle, bound for good to the workspace that first claimed it."""
+
+    handle = models.CharField(max_length=64, unique=True, validators=[handle_validator])
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="names")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["handle"]
+
+    def __str__(self) -> str:
+        return self.handle
+
+
+class SessionQuerySet(models.QuerySet):
+    def connected(self, now: datetime | None = None) -> "SessionQuerySet":
+        now = now or timezone.now()
+        return self.filter(
+            ended_at__isnull=True,
+            last_seen_at__gte=now - timedelta(seconds=settings.PLUMB_SESSION_TTL),
+        )
+
+
+class Session(models.Model):
+    public_id = models.CharField(
+        max_length=32, unique=True, default=session_public_id, editable=False
+    )
+    name = models.ForeignKey(AgentName, on_delete=models.CASCADE, related_name="sessions")
+    # Denormalised from the name: "next" delivery filters sessions by workspace.
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="sessions")
+    token_prefix = models.CharField(max_length=8, unique=True, editable=False)
+    token_hash = models.CharField(max_length=64, editable=False)
+    started_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SessionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            # The database's half of "at most one connected session holds a
+            # name": starting a session first ends the name's stale ones, so
+            # two racing starts cannot both leave an open session behind.
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=Q(ended_at__isnull=True),
+                name="session_one_open_per_name",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name.handle} ({self.public_id})"
+
+    def is_connected(self, now: datetime | None = None) -> bool:
+        now = now or timezone.now()
+        return self.ended_at is None and self.last_seen_at >= now - timedelta(
+            seconds=settings.PLUMB_SESSION_TTL
+        )
+
+    @property
+    def project(self) -> Project:
+        return self.workspace.project

@@ -1,0 +1,451 @@
+"""State changes of the identity layer: projects, keys, opt-ins, workspaces, sessions.
+
+The REST API, the admin and the ``plumb`` management command all call these
+functions; none of them writes these tables directly.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from mailbox import credentials
+from mailbox.errors import (
+    AlreadyExists,
+    InvalidName,
+    KeyNotFound,
+    NameInUse,
+    NameTaken,
+    OptInNotFound,
+    ProjectNotFound,
+    WorkspaceNotFound,
+)
+from mailbox.models import (
+    HANDLE_PATTERN,
+    SLUG_PATTERN,
+    AgentName,
+    CrossProjectOptIn,
+    Project,
+    ProjectKey,
+    Session,
+    Workspace,
+)
+from plumb_site.errors import ValidationFailed
+
+_SLUG_RE = re.compile(SLUG_PATTERN)
+_HANDLE_RE = re.compile(HANDLE_PATTERN)
+
+
+def _check_slug(value: str, *, field: str = "slug") -> str:
+    if not isinstance(value, str) or not _SLUG_RE.match(value):
+        raise ValidationFailed(
+            f"{field} must be 1-64 lower-case letters, digits or '-'.",
+            details={field: ["Use 1-64 lower-case letters, digits or '-', starting with one."]},
+        )
+    return value
+
+
+# --- projects -----------------------------------------------------------------
+
+
+def project_create(
+    slug: str,
+    *,
+    name: str = "",
+    max_exchanges: int = 20,
+    mailbox_enabled: bool = True,
+    accept_all_projects: bool = False,
+) -> Project:
+    """Create a project. Raises ``validation_error`` or ``already_exists``."""
+    _check_slug(slug)
+    _check_max_exchanges(max_exchanges)
+    try:
+        # The savepoint keeps a caller's outer transaction usable after a clash.
+        with transaction.atomic():
+            return Project.objects.create(
+                slug=slug,
+                name=name or slug,
+                max_exchanges=max_exchanges,
+                mailbox_enabled=mailbox_enabled,
+                accept_all_projects=accept_all_projects,
+            )
+    except IntegrityError:
+        raise AlreadyExists(f"Project {slug!r} already exists.") from None
+
+
+def project_update(
+    project: Project,
+    *,
+    name: str | None = None,
+    max_exchanges: int | None = None,
+    mailbox_enabled: bool | None = None,
+    accept_all_projects: bool | None = None,
+) -> Project:
+    """Change collab settings. Conversations keep the cap they were created with."""
+    changed: list[str] = []
+    if name is not None:
+        project.name, changed = name, [*changed, "name"]
+    if max_exchanges is not None:
+        _check_max_exchanges(max_exchanges)
+        project.max_exchanges, changed = max_exchanges, [*changed, "max_exchanges"]
+    if mailbox_enabled is not None:
+        project.mailbox_enabled, changed = mailbox_enabled, [*changed, "mailbox_enabled"]
+    if accept_all_projects is not None:
+        project.accept_all_projects = accept_all_projects
+        changed.append("accept_all_projects")
+    if changed:
+        project.save(update_fields=changed)
+    return project
+
+
+def _check_max_exchanges(value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValidationFailed(
+            "max_exchanges must be a whole number of at least 1.",
+            details={"max_exchanges": ["Must be at least 1."]},
+        )
+
+
+def project_get(slug: str) -> Project:
+    try:
+        return Project.objects.get(slug=slug)
+    except Project.DoesNotExist:
+        raise ProjectNotFound(f"No project {slug!r}.") from None
+
+
+# --- workspaces -----------------------------------------------------------------
+
+
+def workspace_create(project: Project, *, slug: str) -> Workspace:
+    """Create a workspace in a project. Raises ``validation_error`` or ``already_exists``."""
+    _check_slug(slug)
+    try:
+        with transaction.atomic():
+            return Workspace.objects.create(project=project, slug=slug)
+    except IntegrityError:
+        raise AlreadyExists(f"Workspace {project.slug}/{slug} already exists.") from None
+
+
+# --- project keys ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    key: ProjectKey
+    raw: str  # shown once; never stored
+
+
+def key_create(project: Project, *, label: str = "", created_by: str = "") -> IssuedKey:
+    """Issue a project key. Only its digest and public prefix are stored."""
+    for _ in range(5):
+        new = credentials.generate(credentials.PROJECT_KEY)
+        try:
+            with transaction.atomic():
+                key = ProjectKey.objects.create(
+                    project=project,
+                    prefix=new.prefix,
+                    key_hash=new.digest,
+                    label=label,
+                    created_by=created_by,
+                )
+        except IntegrityError:
+            continue  # prefix collision (1 in ~10^12): draw again
+        return IssuedKey(key=key, raw=new.raw)
+    raise RuntimeError("Could not draw a unique key prefix.")
+
+
+def key_find(prefix_or_key: str) -> ProjectKey:
+    """Find a key by its prefix (``abcd1234`` or ``plumb_key_abcd1234``) or the whole key."""
+    text = prefix_or_key.strip()
+    parsed = credentials.parse(text)
+    if parsed is not None:
+        key = ProjectKey.objects.filter(prefix=parsed.prefix).first()
+        if key is not None and credentials.matches(text, key.key_hash):
+            return key
+        raise KeyNotFound()
+    prefix = text.removeprefix("plumb_key_").rstrip("_")
+    key = ProjectKey.objects.filter(prefix=prefix).first() if prefix else None
+    if key is None:
+        raise KeyNotFound(f"No project key with prefix {prefix!r}.")
+    return key
+
+
+def key_revoke(key: ProjectKey) -> ProjectKey:
+    """Revoke a key; sessions it already started live on (they have their own tokens)."""
+    if key.revoked_at is None:
+        ProjectKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        key.refresh_from_db(fields=["revoked_at"])
+    return key
+
+
+# --- cross-project opt-ins -------------------------------------------------------
+
+
+def optin_grant(
+    project: Project, *, source: Project, created_by: str, note: str = ""
+) -> CrossProjectOptIn:
+    """``project`` starts accepting notes and room joins from ``source``."""
+    if project.pk == source.pk:
+        raise ValidationFailed(
+            "A project always accepts its own traffic.",
+            details={"source": ["Must be another project."]},
+        )
+    try:
+        with transaction.atomic():
+            return CrossProjectOptIn.objects.create(
+                project=project, source=source, created_by=created_by, note=note
+            )
+    except IntegrityError:
+        raise AlreadyExists(f"{project.slug} already accepts {source.slug}.") from None
+
+
+def optin_revoke(project: Project, *, source: Project) -> None:
+    deleted, _ = CrossProjectOptIn.objects.filter(project=project, source=source).delete()
+    if not deleted:
+        raise OptInNotFound(f"{project.slug} has no opt-in for {source.slug}.")
+
+
+# --- sessions ------------------------------------------------------------------------
+
+_ADJECTIVES = [
+    "amber",
+    "azure",
+    "brave",
+    "bright",
+    "brisk",
+    "calm",
+    "clever",
+    "cobalt",
+    "coral",
+    "crisp",
+    "dapper",
+    "eager",
+    "fair",
+    "fleet",
+    "gentle",
+    "glad",
+    "golden",
+    "hazel",
+    "honest",
+    "jolly",
+    "keen",
+    "kind",
+    "lively",
+    "lucid",
+    "merry",
+    "mellow",
+    "nimble",
+    "noble",
+    "olive",
+    "plucky",
+    "quick",
+    "quiet",
+    "rapid",
+    "ruby",
+    "sage",
+    "silver",
+    "steady",
+    "sunny",
+    "swift",
+    "tidy",
+    "topaz",
+    "vivid",
+    "warm",
+    "wise",
+    "witty",
+    "zesty",
+]
+_ANIMALS = [
+    "badger",
+    "beaver",
+    "bison",
+    "crane",
+    "dingo",
+    "dolphin",
+    "eagle",
+    "falcon",
+    "ferret",
+    "finch",
+    "fox",
+    "gecko",
+    "heron",
+    "ibis",
+    "jackal",
+    "koala",
+    "lemur",
+    "lynx",
+    "marten",
+    "mole",
+    "newt",
+    "ocelot",
+    "otter",
+    "owl",
+    "panda",
+    "puffin",
+    "quail",
+    "raven",
+    "robin",
+    "salmon",
+    "seal",
+    "shrike",
+    "stoat",
+    "swift",
+    "tapir",
+    "tern",
+    "toucan",
+    "vole",
+    "walrus",
+    "wombat",
+    "wren",
+    "yak",
+    "zebra",
+]
+
+
+def _generated_handle() -> str:
+    return f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_ANIMALS)}-{secrets.randbelow(90) + 10}"
+
+
+def _check_handle(name: str) -> str:
+    if not isinstance(name, str) or not _HANDLE_RE.match(name):
+        raise InvalidName(
+            "name must be 1-64 lower-case letters, digits, '.', '_' or '-'.",
+            details={
+                "name": [
+                    "Use 1-64 lower-case letters, digits, '.', '_' or '-', "
+                    "starting with a letter or digit."
+                ]
+            },
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class StartedSession:
+    session: Session
+    token: str  # shown once; never stored
+
+
+def session_start(
+    project_key: ProjectKey, *, workspace_slug: str, name: str | None = None
+) -> StartedSession:
+    """Attach a new session to a workspace under a name.
+
+    Raises ``workspace_not_found``, ``validation_error`` (malformed name),
+    ``name_taken`` (bound to another workspace) and ``name_in_use`` (held by a
+    connected session). Stale sessions of the name are ended here, so that
+    the partial unique index on open sessions stays satisfiable.
+    """
+    workspace = (
+        Workspace.objects.select_related("project")
+        .filter(project_id=project_key.project_id, slug=workspace_slug)
+        .first()
+    )
+    if workspace is None:
+        raise WorkspaceNotFound(f"No workspace {workspace_slug!r} in this project.")
+    if name is not None:
+        return _start_named(workspace, _check_handle(name))
+    # A generated name only needs to be free; on the rare clash draw another.
+    for _ in range(20):
+        try:
+            return _start_named(workspace, _generated_handle(), fresh_only=True)
+        except (NameInUse, NameTaken):
+            continue
+    raise NameInUse("Could not generate a free name; pass one explicitly.")
+
+
+def _start_named(workspace: Workspace, handle: str, *, fresh_only: bool = False) -> StartedSession:
+    try:
+        return _try_start_named(workspace, handle, fresh_only=fresh_only)
+    except IntegrityError:
+        # A racing start created the name or an open session first (possible on
+        # PostgreSQL, where nothing locks a row that does not exist yet). Once
+        # more, now that its row is visible, yields the accurate refusal.
+        pass
+    try:
+        return _try_start_named(workspace, handle, fresh_only=fresh_only)
+    except IntegrityError:
+        raise NameInUse(f"The name {handle!r} is held by a connected session.") from None
+
+
+def _try_start_named(workspace: Workspace, handle: str, *, fresh_only: bool) -> StartedSession:
+    # One transaction per claim: on SQLite the IMMEDIATE transaction
+    # serialises racing starts; on PostgreSQL the row lock on the name does,
+    # and the partial unique index catches whatever slips past both.
+    with transaction.atomic():
+        now = timezone.now()  # read inside: BEGIN IMMEDIATE may have waited
+        agent_name, created = _claim_name(workspace, handle)
+        if not created and fresh_only:
+            raise NameTaken()
+        if agent_name.workspace_id != workspace.pk:
+            raise NameTaken(f"The name {handle!r} is bound to another workspace.")
+        open_sessions = list(
+            Session.objects.select_for_update().filter(name=agent_name, ended_at__isnull=True)
+        )
+        if any(s.is_connected(now) for s in open_sessions):
+            raise NameInUse(f"The name {handle!r} is held by a connected session.")
+        if open_sessions:
+            Session.objects.filter(pk__in=[s.pk for s in open_sessions]).update(ended_at=now)
+        token = credentials.generate(credentials.SESSION_TOKEN)
+        session = Session.objects.create(
+            name=agent_name,
+            workspace=workspace,
+            token_prefix=token.prefix,
+            token_hash=token.digest,
+            started_at=now,
+            last_seen_at=now,
+        )
+    session.workspace = workspace
+    return StartedSession(session=session, token=token.raw)
+
+
+def _claim_name(workspace: Workspace, handle: str) -> tuple[AgentName, bool]:
+    existing = AgentName.objects.select_for_update().filter(handle=handle).first()
+    if existing is not None:
+        return existing, False
+    with transaction.atomic():
+        return AgentName.objects.create(handle=handle, workspace=workspace), True
+
+
+def session_end(session: Session) -> Session:
+    """End a session; its token stops working. Ending twice changes nothing."""
+    if session.ended_at is None:
+        now = timezone.now()
+        Session.objects.filter(pk=session.pk, ended_at__isnull=True).update(ended_at=now)
+        session.refresh_from_db(fields=["ended_at"])
+    return session
+
+
+def session_touch(session: Session, *, now: datetime | None = None) -> None:
+    """Refresh ``last_seen_at``, writing at most once per PLUMB_SEEN_WRITE_INTERVAL.
+
+    Every authenticated request calls this; a conditional UPDATE keeps a burst
+    of requests from several processes down to one write.
+    """
+    now = now or timezone.now()
+    threshold = now - timedelta(seconds=settings.PLUMB_SEEN_WRITE_INTERVAL)
+    if session.last_seen_at > threshold:
+        return
+    Session.objects.filter(pk=session.pk, last_seen_at__lte=threshold).update(last_seen_at=now)
+    session.last_seen_at = now
+
+
+def key_touch(key: ProjectKey, *, now: datetime | None = None) -> None:
+    """Record that a key was used, at most once a minute per key."""
+    now = now or timezone.now()
+    threshold = now - timedelta(seconds=60)
+    if key.last_used_at is not None and key.last_used_at > threshold:
+        return
+    ProjectKey.objects.filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lte=threshold), pk=key.pk
+    ).update(last_used_at=now)
+    key.last_used_at = now

@@ -1,0 +1,97 @@
+"""Bearer authentication for the two kinds of credential.
+
+A project key may only start sessions; every other call takes a session
+token. Each failure names its reason in the error code (``invalid_token``,
+``key_revoked``, ``session_ended``, ``session_expired``...) so a client knows
+whether to retry, start a new session, or ask its operator for a key.
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions, permissions
+from rest_framework.request import Request
+
+from mailbox import credentials
+from mailbox.models import ProjectKey, Session
+from mailbox.services import key_touch, session_touch
+
+REALM = 'Bearer realm="plumb"'
+
+
+def _fail(code: str, message: str) -> exceptions.AuthenticationFailed:
+    return exceptions.AuthenticationFailed(message, code=code)
+
+
+def bearer_credential(request: Request) -> credentials.ParsedCredential | None:
+    """The parsed bearer credential, ``None`` when no Authorization header was sent."""
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise _fail("invalid_token", "Use 'Authorization: Bearer <token>'.")
+    parsed = credentials.parse(value.strip())
+    if parsed is None:
+        raise _fail("invalid_token", "The bearer token is not a plumb credential.")
+    return parsed
+
+
+class SessionTokenAuthentication(authentication.BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[Session, Session] | None:
+        parsed = bearer_credential(request)
+        if parsed is None:
+            return None
+        if parsed.kind != credentials.SESSION_TOKEN:
+            raise _fail(
+                "session_token_required",
+                "This call needs a session token; a project key only starts sessions.",
+            )
+        session = (
+            Session.objects.select_related("name", "workspace__project")
+            .filter(token_prefix=parsed.prefix)
+            .first()
+        )
+        if session is None or not credentials.matches(parsed.raw, session.token_hash):
+            raise _fail("invalid_token", "The session token is not known.")
+        if session.ended_at is not None:
+            raise _fail("session_ended", "This session has ended; start a new one.")
+        now = timezone.now()
+        if not session.is_connected(now):
+            raise _fail(
+                "session_expired", "This session expired after inactivity; start a new one."
+            )
+        session_touch(session, now=now)
+        return session, session
+
+    def authenticate_header(self, request: Request) -> str:
+        return REALM
+
+
+class ProjectKeyAuthentication(authentication.BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[ProjectKey, ProjectKey] | None:
+        parsed = bearer_credential(request)
+        if parsed is None:
+            return None
+        if parsed.kind != credentials.PROJECT_KEY:
+            raise _fail("project_key_required", "Starting a session needs a project key.")
+        key = ProjectKey.objects.select_related("project").filter(prefix=parsed.prefix).first()
+        if key is None or not credentials.matches(parsed.raw, key.key_hash):
+            raise _fail("invalid_token", "The project key is not known.")
+        if key.revoked_at is not None:
+            raise _fail("key_revoked", "This project key has been revoked.")
+        key_touch(key)
+        return key, key
+
+    def authenticate_header(self, request: Request) -> str:
+        return REALM
+
+
+class IsAgentSession(permissions.BasePermission):
+    def has_permission(self, request: Request, view) -> bool:
+        return isinstance(request.auth, Session)
+
+
+class IsProjectKey(permissions.BasePermission):
+    def has_permission(self, request: Request, view) -> bool:
+        return isinstance(request.auth, ProjectKey)

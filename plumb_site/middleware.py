@@ -1,0 +1,46 @@
+"""Keep HTML out of the API: Django's own error pages become the JSON error shape.
+
+DRF renders errors raised inside API views, but some failures happen before a
+view runs (an unknown path, a disallowed Host header, a crash in middleware)
+and Django answers those with HTML. For API paths this middleware, placed
+outermost, rewrites any non-JSON error response into the one error shape.
+"""
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+
+from plumb_site.errors import error_response
+
+API_PREFIXES = ("/api/", "/mcp", "/healthz")
+
+_CODES = {
+    400: ("bad_request", "The request was malformed."),
+    403: ("forbidden", "You may not do this."),
+    404: ("not_found", "Nothing exists at this address."),
+    405: ("method_not_allowed", "This method is not allowed here."),
+    413: ("request_too_large", "The request body is larger than the server accepts."),
+    500: ("internal_error", "The server failed to handle this request."),
+}
+
+
+class ApiErrorMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (
+            response.status_code >= 400
+            and request.path.startswith(API_PREFIXES)
+            and not response.get("Content-Type", "").startswith("application/json")
+        ):
+            code, message = _CODES.get(
+                response.status_code, (f"http_{response.status_code}", "The request failed.")
+            )
+            replacement = error_response(response.status_code, code, message)
+            for header in ("Allow", "Retry-After", "WWW-Authenticate"):
+                if header in response:
+                    replacement[header] = response[header]
+            return replacement
+        return response

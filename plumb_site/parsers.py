@@ -1,0 +1,69 @@
+"""A JSON parser that refuses what the standard one lets through.
+
+Python's json module accepts input that later breaks storage or rendering:
+lone surrogates (SQLite and PostgreSQL refuse them), NaN and Infinity, and
+nesting deep enough to exhaust the stack. Every request body must also be a
+JSON object (SPEC §2), so anything else is refused here, once, for every view.
+"""
+
+import codecs
+import json
+from typing import Any
+
+from django.conf import settings
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import BaseParser
+
+MAX_DEPTH = 32
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def check_json_value(value: Any) -> None:
+    """Refuse lone surrogates and excessive nesting anywhere in a parsed document."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ParseError(f"JSON nested deeper than {MAX_DEPTH} levels.")
+        if isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                _check_text(key)
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ParseError("JSON strings must not contain lone surrogate escapes.") from None
+
+
+class StrictJSONParser(BaseParser):
+    media_type = "application/json"
+
+    def parse(self, stream, media_type=None, parser_context=None) -> dict[str, Any]:
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        try:
+            text = codecs.getreader(encoding)(stream).read()
+        except UnicodeDecodeError:
+            raise ParseError(f"The request body is not valid {encoding}.") from None
+        if text.strip() == "":
+            # An empty body on a POST means "no fields"; views validate what they need.
+            return {}
+        try:
+            data = json.loads(text, parse_constant=_reject_constant)
+        except RecursionError:
+            raise ParseError(f"JSON nested deeper than {MAX_DEPTH} levels.") from None
+        except ValueError as exc:
+            raise ParseError(f"The request body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ParseError("The request body must be a JSON object.")
+        check_json_value(data)
+        return data

@@ -1,0 +1,76 @@
+"""OpenAPI helpers: the error shape, documented on every operation.
+
+Views list the domain errors they raise with :func:`error_responses`; the
+postprocessing hook adds the errors any operation can answer (malformed
+body, authentication, rate limit), so the published schema is complete.
+"""
+
+from collections import defaultdict
+
+from drf_spectacular.utils import OpenApiResponse, inline_serializer
+from rest_framework import serializers
+
+from plumb_site.errors import PlumbError
+
+ErrorSerializer = inline_serializer(
+    name="Error",
+    fields={
+        "error": inline_serializer(
+            name="ErrorBody",
+            fields={
+                "code": serializers.CharField(help_text="Stable machine-readable code."),
+                "message": serializers.CharField(help_text="One human sentence."),
+                "details": serializers.DictField(help_text="Per-field messages or context."),
+            },
+        )
+    },
+)
+
+
+def error_responses(*errors: type[PlumbError]) -> dict[int, OpenApiResponse]:
+    """Group domain errors by HTTP status for ``extend_schema(responses=...)``."""
+    by_status: dict[int, list[str]] = defaultdict(list)
+    for error in errors:
+        by_status[error.status].append(error.code)
+    return {
+        status: OpenApiResponse(ErrorSerializer, description="Error codes: " + ", ".join(codes))
+        for status, codes in sorted(by_status.items())
+    }
+
+
+_COMMON = {
+    "400": "invalid_json, validation_error",
+    "413": "request_too_large",
+    "415": "unsupported_media_type",
+}
+_AUTHENTICATED = {
+    "401": (
+        "not_authenticated, invalid_token, session_token_required, project_key_required, "
+        "key_revoked, session_ended, session_expired"
+    ),
+    "429": "throttled",
+}
+_ERROR_REF = {"$ref": "#/components/schemas/Error"}
+
+
+def add_error_responses(result: dict, generator, request, public) -> dict:
+    """drf-spectacular postprocessing hook: document the errors every operation shares."""
+    for path_item in result.get("paths", {}).values():
+        for method, operation in path_item.items():
+            if method not in {"get", "post", "put", "patch", "delete"}:
+                continue
+            extra = dict(_COMMON) if method in {"post", "put", "patch"} else {}
+            extra["405"] = "method_not_allowed"
+            if operation.get("security") != [{}] and operation.get("security"):
+                extra.update(_AUTHENTICATED)
+            responses = operation.setdefault("responses", {})
+            for status, codes in extra.items():
+                if status in responses:
+                    existing = responses[status].get("description", "")
+                    responses[status]["description"] = f"{existing}; also {codes}".lstrip("; ")
+                else:
+                    responses[status] = {
+                        "description": f"Error codes: {codes}",
+                        "content": {"application/json": {"schema": _ERROR_REF}},
+                    }
+    return result

@@ -1,0 +1,252 @@
+"""plumb settings: one module, every deploy-time value from the environment.
+
+Each variable is named like the setting it fills. A malformed value stops the
+process at start with a message naming the variable, rather than surfacing as
+a confusing failure on the first request.
+"""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("PLUMB_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be one of true/false/1/0/yes/no/on/off, got {raw!r}.")
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}.") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}.")
+    return value
+
+
+def env_rate(name: str, default: str) -> str | None:
+    """A DRF rate string such as ``100/s``, or ``off`` to disable the limit."""
+    raw = os.environ.get(name, default).strip()
+    if raw.lower() == "off":
+        return None
+    count, _, period = raw.partition("/")
+    if not count.isdigit() or int(count) < 1 or not period or period[0] not in "smhd":
+        raise ImproperlyConfigured(
+            f"{name} must be a rate such as '100/s', '600/m' or 'off', got {raw!r}."
+        )
+    return raw
+
+
+def secret_key() -> str:
+    """Use SECRET_KEY when set; otherwise generate one into var/ so local runs are stable."""
+    configured = os.environ.get("SECRET_KEY")
+    if configured:
+        return configured
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        # O_EXCL: two processes starting at once must not each write their own key.
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+SECRET_KEY = secret_key()
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = [
+    host.strip()
+    for host in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+    if host.strip()
+]
+CSRF_TRUSTED_ORIGINS = [
+    origin.strip()
+    for origin in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",")
+    if origin.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "mailbox",
+    "rooms",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "plumb_site.middleware.ApiErrorMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "plumb_site.urls"
+# Paths accept an optional trailing slash themselves; a redirect would drop a POST body.
+APPEND_SLASH = False
+WSGI_APPLICATION = "plumb_site.wsgi.application"
+ASGI_APPLICATION = "plumb_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def database_config() -> dict:
+    url = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'plumb.sqlite3'}"
+    try:
+        config = dj_database_url.parse(url, conn_max_age=0)
+    except Exception as exc:  # dj-database-url raises several types for bad URLs
+        raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["OPTIONS"] = {
+            # IMMEDIATE takes the write lock when a transaction starts. With the
+            # default DEFERRED, two read-then-write transactions both read, then
+            # one fails its upgrade with "database is locked" instead of waiting.
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            # WAL lets readers run alongside the one writer; NORMAL sync is
+            # durable across process crashes (only an OS crash can lose the
+            # last commits), which is the failure plumb's tests exercise.
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+        # Tests need a real file: several threads and server processes share it.
+        config["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+    elif config["ENGINE"] == "django.db.backends.postgresql":
+        config["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60)
+        config["CONN_HEALTH_CHECKS"] = True
+    return config
+
+
+DATABASES = {"default": database_config()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+# Request bodies: a note or message is at most 16 KiB of text; JSON escaping can
+# multiply that by six, so 256 KiB leaves room without inviting abuse.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("PLUMB_MAX_REQUEST_BYTES", 256 * 1024, minimum=1024)
+
+PLUMB_SESSION_TTL = env_int("PLUMB_SESSION_TTL", 300, minimum=1)
+# last_seen_at is refreshed at most this often per session, so that a busy
+# agent does not turn every read into a write.
+PLUMB_SEEN_WRITE_INTERVAL = env_int("PLUMB_SEEN_WRITE_INTERVAL", 5, minimum=0)
+PLUMB_RATE_SESSION = env_rate("PLUMB_RATE_SESSION", "100/s")
+PLUMB_RATE_KEY = env_rate("PLUMB_RATE_KEY", "10/s")
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["plumb_site.auth.SessionTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["plumb_site.auth.IsAgentSession"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["plumb_site.parsers.StrictJSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "plumb_site.negotiation.JSONOnlyNegotiation",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": [],
+    "DEFAULT_THROTTLE_RATES": {"session": PLUMB_RATE_SESSION, "project_key": PLUMB_RATE_KEY},
+    "EXCEPTION_HANDLER": "plumb_site.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+    "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "plumb API",
+    "DESCRIPTION": (
+        "Coordination server for AI agents: a mailbox of private notes between agent "
+        "sessions and shared, ordered chat rooms."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "plumb_site.schema.add_error_responses",
+    ],
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "sessionToken": {"type": "http", "scheme": "bearer", "description": "Session token"},
+            "projectKey": {"type": "http", "scheme": "bearer", "description": "Project key"},
+        }
+    },
+}
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO").upper()},
+    "loggers": {
+        # Django's request logger prints the request line; tokens never travel in
+        # URLs here, and bodies are never logged.
+        "django.request": {"level": "ERROR"},
+    },
+}

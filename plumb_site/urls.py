@@ -1,0 +1,27 @@
+from django.contrib import admin
+from django.urls import include, path, re_path
+from drf_spectacular.renderers import OpenApiJsonRenderer
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from plumb_site import views
+
+api_patterns = [
+    path("", include("mailbox.api.urls")),
+    re_path(
+        r"^schema/?$",
+        SpectacularAPIView.as_view(renderer_classes=[OpenApiJsonRenderer]),
+        name="schema",
+    ),
+    re_path(
+        r"^schema/fingerprint/?$",
+        views.SchemaFingerprintApi.as_view(),
+        name="schema-fingerprint",
+    ),
+    re_path(r"^docs/?$", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+]
+
+urlpatterns = [
+    path("healthz", views.healthz, name="healthz"),
+    path("api/v1/", include(api_patterns)),
+    path("admin/", admin.site.urls),
+]

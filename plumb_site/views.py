@@ -1,0 +1,46 @@
+"""Site-level endpoints: health and the schema fingerprint."""
+
+import logging
+
+from django.db import DatabaseError, connection
+from django.http import HttpRequest, JsonResponse
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.response import Response
+
+from plumb_site.api import PlumbApiView, schema_fingerprint
+from plumb_site.errors import error_body
+
+logger = logging.getLogger("plumb.health")
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """200 while the database answers a query, 503 otherwise; no authentication."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except DatabaseError:
+        logger.warning("health check: database did not answer", exc_info=True)
+        body = error_body("database_unavailable", "The database did not answer.")
+        return JsonResponse({"status": "unavailable", **body}, status=503)
+    return JsonResponse({"status": "ok"})
+
+
+class SchemaFingerprintApi(PlumbApiView):
+    authentication_classes: list = []
+    permission_classes: list = []
+
+    @extend_schema(
+        operation_id="schema_fingerprint",
+        summary="The current fingerprint of the published API and tool schema",
+        responses={
+            200: inline_serializer(
+                name="SchemaFingerprint", fields={"fingerprint": serializers.CharField()}
+            )
+        },
+        auth=[],
+        tags=["schema"],
+    )
+    def get(self, request):
+        return Response({"fingerprint": schema_fingerprint()})
