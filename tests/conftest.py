@@ -1,7 +1,16 @@
 import pytest
+from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from tests.factories import ProjectKeyFactory, SessionFactory, WorkspaceFactory
+
+
+@pytest.fixture(autouse=True)
+def _clear_rate_limit_counters():
+    """Throttle counters live in the process-wide cache; each test starts from zero."""
+    cache.clear()
+    yield
+    cache.clear()
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from mailbox.models import HANDLE_PATTERN, SLUG_PATTERN
+from plumb_site.fields import StrictCharField, StrictRegexField
 
 
 class NoteSenderSerializer(serializers.Serializer):
@@ -31,8 +32,13 @@ class NoteSerializer(serializers.Serializer):
 
 
 class SessionStartInput(serializers.Serializer):
-    workspace = serializers.RegexField(SLUG_PATTERN, max_length=64, trim_whitespace=False)
-    name = serializers.RegexField(
+    workspace = StrictRegexField(
+        SLUG_PATTERN,
+        max_length=64,
+        trim_whitespace=False,
+        error_messages={"invalid": "Use the slug of a workspace of the key's project."},
+    )
+    name = StrictRegexField(
         HANDLE_PATTERN,
         max_length=64,
         required=False,
@@ -43,7 +49,7 @@ class SessionStartInput(serializers.Serializer):
             "starting with a letter or digit."
         },
     )
-    tool_schema_fingerprint = serializers.CharField(required=False, max_length=128)
+    tool_schema_fingerprint = StrictCharField(required=False, max_length=128)
 
 
 class SessionSerializer(serializers.Serializer):

@@ -1,0 +1,47 @@
+# plumb: `make serve` and `make test` work on a fresh machine with Python 3.11 and make.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt | sha1sum | cut -c1-12)
+
+HOST ?= 127.0.0.1
+PORT ?= 8000
+WEB_CONCURRENCY ?= 2
+# A long-polling check_messages holds a worker thread while it waits; threads
+# per process keep idle pollers from starving other requests.
+THREADS ?= 8
+
+.PHONY: install serve test lint superuser clean
+
+install: $(STAMP)
+
+# Re-installs only when requirements.txt changed (the stamp carries its hash).
+$(STAMP): requirements.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+serve: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
+	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py plumb bootstrap
+	$(BIN)/gunicorn plumb_site.wsgi --bind $(HOST):$(PORT) --workers $(WEB_CONCURRENCY) \
+		--threads $(THREADS) --access-logfile - --graceful-timeout 5
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+superuser: install
+	$(BIN)/python manage.py createsuperuser
+
+clean:
+	rm -rf $(VENV) var
