@@ -46,3 +46,51 @@ class KeyRevoked(PlumbError):
     code = "key_revoked"
     status = 401
     message = "This project key has been revoked."
+
+
+class RecipientNotFound(NotFound):
+    code = "recipient_not_found"
+    message = "No agent has this name."
+
+
+class ConversationNotFound(NotFound):
+    code = "conversation_not_found"
+    message = "No conversation has this id."
+
+
+class NotAParticipant(PlumbError):
+    code = "not_a_participant"
+    status = 403
+    message = "You are not a participant of this conversation."
+
+
+class MailboxDisabled(PlumbError):
+    code = "mailbox_disabled"
+    status = 403
+    message = "The mailbox is turned off for this project."
+
+
+class CrossProjectRefused(PlumbError):
+    code = "cross_project_refused"
+    status = 403
+    message = "The recipient's project has not opted in to notes from your project."
+
+
+class RecipientAmbiguous(ValidationFailed):
+    code = "recipient_ambiguous"
+    message = "Name a recipient with 'to': this thread has no single other participant."
+
+
+class ConversationExhausted(Conflict):
+    code = "conversation_exhausted"
+    message = "This conversation has used up its exchanges; start a new one."
+
+
+class ConversationLocked(Conflict):
+    code = "conversation_locked"
+    message = "This conversation was locked by an operator."
+
+
+class IdempotencyKeyReused(Conflict):
+    code = "idempotency_key_reused"
+    message = "This idempotency key was already used for a different note."

@@ -157,6 +157,10 @@ class Session(models.Model):
     started_at = models.DateTimeField(default=timezone.now, editable=False)
     last_seen_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # The highest note id committed when this session started. A "next" note
+    # is for this session only if its id is at most this: ids come from the
+    # database, so the rule does not depend on server clocks agreeing.
+    notes_watermark = models.BigIntegerField(default=0, editable=False)
 
     objects = SessionQuerySet.as_manager()
 
@@ -185,3 +189,148 @@ class Session(models.Model):
     @property
     def project(self) -> Project:
         return self.workspace.project
+
+
+# --- the mailbox ---------------------------------------------------------------------
+
+
+def conversation_public_id() -> str:
+    return new_public_id("cnv")
+
+
+def note_public_id() -> str:
+    return new_public_id("note")
+
+
+class Conversation(models.Model):
+    """A capped thread of notes. ``cap`` is frozen when the thread starts."""
+
+    public_id = models.CharField(
+        max_length=32, unique=True, default=conversation_public_id, editable=False
+    )
+    cap = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    # Counted under the row lock in the transaction that inserts each note,
+    # so the cap holds however many replies race.
+    notes_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_note_at = models.DateTimeField(default=timezone.now)
+    locked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_note_at", "-id"]
+        indexes = [models.Index(fields=["-last_note_at", "-id"], name="conversation_activity")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(notes_count__lte=models.F("cap")), name="conversation_within_cap"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def exchanges_left(self) -> int:
+        return max(self.cap - self.notes_count, 0)
+
+
+class Participant(models.Model):
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="participants"
+    )
+    name = models.ForeignKey(AgentName, on_delete=models.CASCADE, related_name="participations")
+    joined_at = models.DateTimeField(default=timezone.now)
+    # Someone who has written in the thread consented to it: replies to them
+    # skip the cross-project opt-in check (SPEC §3.2).
+    has_written = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["joined_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "name"], name="participant_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} in {self.conversation}"
+
+
+class Note(models.Model):
+    class Delivery(models.TextChoices):
+        SESSION = "session"
+        NAME = "name"
+        NEXT = "next"
+
+    public_id = models.CharField(max_length=32, unique=True, default=note_public_id, editable=False)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="notes")
+    position = models.PositiveIntegerField()
+    sender_name = models.ForeignKey(AgentName, on_delete=models.CASCADE, related_name="notes_sent")
+    sender_session = models.ForeignKey(
+        Session, on_delete=models.SET_NULL, null=True, related_name="notes_sent"
+    )
+    # Exactly one of recipient / next_workspace is set (see the check constraint).
+    recipient = models.ForeignKey(
+        AgentName, on_delete=models.CASCADE, null=True, blank=True, related_name="notes_received"
+    )
+    next_workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, null=True, blank=True, related_name="next_notes"
+    )
+    body = models.TextField(help_text="Secret-scrubbed before it was stored.")
+    created_at = models.DateTimeField(default=timezone.now)
+    # NULL, not "", for "no key": the unique constraint applies to keyed notes only.
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    delivery = models.CharField(max_length=8, choices=Delivery.choices)
+    bound_session = models.ForeignKey(
+        Session, on_delete=models.SET_NULL, null=True, blank=True, related_name="bound_notes"
+    )
+    delivered_to = models.ForeignKey(
+        Session, on_delete=models.SET_NULL, null=True, blank=True, related_name="notes_delivered"
+    )
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    # Set by the conditional UPDATE that claims the note, then used to read
+    # back exactly the rows this claim won.
+    claim = models.CharField(max_length=32, null=True, blank=True, editable=False)  # noqa: DJ001
+
+    class Meta:
+        ordering = ["conversation_id", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "position"], name="note_unique_position"
+            ),
+            models.UniqueConstraint(
+                fields=["sender_name", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="note_unique_idempotency_key",
+            ),
+            models.CheckConstraint(
+                condition=Q(recipient__isnull=True, next_workspace__isnull=False)
+                | Q(recipient__isnull=False, next_workspace__isnull=True),
+                name="note_one_addressee",
+            ),
+        ]
+        indexes = [
+            # The pending-notes lookup runs on every request; these partial
+            # indexes hold only undelivered notes, so it stays cheap however
+            # many notes were ever delivered.
+            models.Index(
+                fields=["bound_session"],
+                condition=Q(delivered_at__isnull=True),
+                name="note_pending_bound",
+            ),
+            models.Index(
+                fields=["recipient"],
+                condition=Q(delivered_at__isnull=True),
+                name="note_pending_name",
+            ),
+            models.Index(
+                fields=["next_workspace"],
+                condition=Q(delivered_at__isnull=True),
+                name="note_pending_next",
+            ),
+            models.Index(fields=["claim"], condition=Q(claim__isnull=False), name="note_claim"),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def to_display(self) -> str:
+        return "next" if self.next_workspace_id else self.recipient.handle

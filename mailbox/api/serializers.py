@@ -7,28 +7,31 @@ from plumb_site.fields import StrictCharField, StrictRegexField
 
 
 class NoteSenderSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    workspace = serializers.CharField()
-    project = serializers.CharField()
+    name = serializers.CharField(source="handle")
+    workspace = serializers.CharField(source="workspace.slug")
+    project = serializers.CharField(source="workspace.project.slug")
 
 
 class NoteSerializer(serializers.Serializer):
-    """A note as agents see it (SPEC §3.3)."""
+    """A note as agents see it (SPEC §3.3). Expects sender, conversation and
+    addressee to be selected already (see ``mailbox.selectors``)."""
 
-    id = serializers.CharField()
-    conversation_id = serializers.CharField()
-    from_ = NoteSenderSerializer()
-    to = serializers.CharField(help_text='A name, or "next".')
+    id = serializers.CharField(source="public_id")
+    conversation_id = serializers.CharField(source="conversation.public_id")
+    from_ = NoteSenderSerializer(source="sender_name")
+    to = serializers.CharField(source="to_display", help_text='A name, or "next".')
     body = serializers.CharField()
     created_at = serializers.DateTimeField()
     position = serializers.IntegerField(help_text="1-based index of the note in its thread.")
-    exchanges_left = serializers.IntegerField()
+    exchanges_left = serializers.IntegerField(source="conversation.exchanges_left")
+    delivered_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the note was delivered; null while it waits."
+    )
 
     def get_fields(self):
         # "from" is a Python keyword; expose the attribute under its contract name.
         fields = super().get_fields()
-        fields["from"] = fields.pop("from_")
-        return fields
+        return {("from" if name == "from_" else name): f for name, f in fields.items()}
 
 
 class SessionStartInput(serializers.Serializer):
@@ -82,3 +85,81 @@ class SessionStartOutput(EnvelopeSerializer):
 
 class SessionCurrentOutput(EnvelopeSerializer):
     session = SessionSerializer()
+
+
+class NoteLeaveInput(serializers.Serializer):
+    # Size, emptiness and NUL are checked by the service (413 vs 400).
+    body = StrictCharField(trim_whitespace=False, allow_blank=True)
+    to = StrictCharField(
+        required=False, allow_null=True, max_length=64, help_text='A name, or "next".'
+    )
+    conversation_id = StrictCharField(required=False, allow_null=True, max_length=64)
+    idempotency_key = StrictCharField(
+        required=False, allow_null=True, trim_whitespace=False, max_length=128
+    )
+    tool_schema_fingerprint = StrictCharField(required=False, max_length=128)
+
+    def service_arguments(self) -> dict:
+        data = self.validated_data
+        return {
+            "body": data["body"],
+            "to": data.get("to"),
+            "conversation_id": data.get("conversation_id"),
+            "idempotency_key": data.get("idempotency_key"),
+        }
+
+
+class ScrubbedSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    count = serializers.IntegerField()
+
+
+class NoteLeaveOutput(EnvelopeSerializer):
+    note = NoteSerializer()
+    conversation_id = serializers.CharField()
+    delivery = serializers.ChoiceField(choices=["session", "name", "next"])
+    exchanges_left = serializers.IntegerField()
+    scrubbed = ScrubbedSerializer(many=True, help_text="What was redacted from the body.")
+    replayed = serializers.BooleanField(help_text="True when an idempotent retry was answered.")
+
+
+class NotesCheckInput(serializers.Serializer):
+    wait = serializers.FloatField(min_value=0, max_value=30, required=False, default=0)
+
+
+class ConversationListInput(serializers.Serializer):
+    after_id = StrictCharField(required=False, max_length=64)
+    limit = serializers.IntegerField(min_value=1, max_value=200, required=False, default=50)
+
+
+class ParticipantSerializer(serializers.Serializer):
+    name = serializers.CharField(source="name.handle")
+    workspace = serializers.CharField(source="name.workspace.slug")
+    project = serializers.CharField(source="name.workspace.project.slug")
+
+
+class ConversationSerializer(serializers.Serializer):
+    id = serializers.CharField(source="public_id")
+    participants = ParticipantSerializer(many=True)
+    cap = serializers.IntegerField()
+    exchanges_left = serializers.IntegerField()
+    notes_count = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    last_note_at = serializers.DateTimeField()
+    locked = serializers.SerializerMethodField()
+
+    def get_locked(self, conversation) -> bool:
+        return conversation.locked_at is not None
+
+
+class ConversationDetailSerializer(ConversationSerializer):
+    notes = NoteSerializer(many=True, help_text="Every note of the thread, by position.")
+
+
+class ConversationListOutput(EnvelopeSerializer):
+    conversations = ConversationSerializer(many=True)
+    has_more = serializers.BooleanField()
+
+
+class ConversationDetailOutput(EnvelopeSerializer):
+    conversation = ConversationDetailSerializer()

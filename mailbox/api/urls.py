@@ -7,4 +7,11 @@ from mailbox.api import views
 urlpatterns = [
     re_path(r"^sessions/?$", views.SessionStartApi.as_view(), name="session-start"),
     re_path(r"^sessions/current/?$", views.SessionCurrentApi.as_view(), name="session-current"),
+    re_path(r"^notes/?$", views.NotesApi.as_view(), name="notes"),
+    re_path(r"^conversations/?$", views.ConversationListApi.as_view(), name="conversations"),
+    re_path(
+        r"^conversations/(?P<conversation_id>[A-Za-z0-9_-]{1,64})/?$",
+        views.ConversationDetailApi.as_view(),
+        name="conversation-detail",
+    ),
 ]

@@ -1,19 +1,30 @@
 """Mailbox API views: translate HTTP to service calls and back, nothing more."""
 
-from drf_spectacular.utils import extend_schema
+import time
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from mailbox import services
-from mailbox.api.serializers import (
-    SessionCurrentOutput,
-    SessionSerializer,
-    SessionStartInput,
-    SessionStartOutput,
+from mailbox import selectors, services, wakeups
+from mailbox.api import serializers as s
+from mailbox.errors import (
+    ConversationExhausted,
+    ConversationLocked,
+    ConversationNotFound,
+    CrossProjectRefused,
+    IdempotencyKeyReused,
+    MailboxDisabled,
+    NameInUse,
+    NameTaken,
+    NotAParticipant,
+    RecipientAmbiguous,
+    RecipientNotFound,
+    WorkspaceNotFound,
 )
-from mailbox.errors import NameInUse, NameTaken, WorkspaceNotFound
 from plumb_site.api import PlumbApiView, SessionApiView
 from plumb_site.auth import IsProjectKey, ProjectKeyAuthentication
+from plumb_site.errors import BodyTooLarge
 from plumb_site.schema import error_responses
 from plumb_site.throttles import ProjectKeyRateThrottle
 
@@ -26,16 +37,21 @@ class SessionStartApi(PlumbApiView):
     @extend_schema(
         operation_id="session_start",
         summary="Start a session (needs a project key)",
-        request=SessionStartInput,
+        description=(
+            "Attaches a session to a workspace under a name (generated when omitted). "
+            "The reply carries the session token, shown once, and every note waiting "
+            'for the name or addressed to "next" of the workspace.'
+        ),
+        request=s.SessionStartInput,
         responses={
-            201: SessionStartOutput,
+            201: s.SessionStartOutput,
             **error_responses(WorkspaceNotFound, NameInUse, NameTaken),
         },
         auth=[{"projectKey": []}],
         tags=["sessions"],
     )
     def post(self, request):
-        data = SessionStartInput(data=request.data)
+        data = s.SessionStartInput(data=request.data)
         data.is_valid(raise_exception=True)
         started = services.session_start(
             request.auth,
@@ -44,7 +60,7 @@ class SessionStartApi(PlumbApiView):
         )
         # The envelope delivers the new session's pending notes with this reply.
         request.plumb_session = started.session
-        body = {"session": SessionSerializer(started.session).data, "token": started.token}
+        body = {"session": s.SessionSerializer(started.session).data, "token": started.token}
         return Response(body, status=status.HTTP_201_CREATED)
 
 
@@ -52,12 +68,12 @@ class SessionCurrentApi(SessionApiView):
     @extend_schema(
         operation_id="session_current",
         summary="The calling session",
-        responses={200: SessionCurrentOutput},
+        responses={200: s.SessionCurrentOutput},
         auth=[{"sessionToken": []}],
         tags=["sessions"],
     )
     def get(self, request):
-        return Response({"session": SessionSerializer(self.session).data})
+        return Response({"session": s.SessionSerializer(self.session).data})
 
     @extend_schema(
         operation_id="session_end",
@@ -66,10 +82,128 @@ class SessionCurrentApi(SessionApiView):
             "Ends the session: its token stops working and notes bound to it fall back "
             "to its name. Notes pending at the time of the call are delivered in this reply."
         ),
-        responses={200: SessionCurrentOutput},
+        responses={200: s.SessionCurrentOutput},
         auth=[{"sessionToken": []}],
         tags=["sessions"],
     )
     def delete(self, request):
         session = services.session_end(self.session)
-        return Response({"session": SessionSerializer(session).data})
+        return Response({"session": s.SessionSerializer(session).data})
+
+
+class NotesApi(SessionApiView):
+    @extend_schema(
+        operation_id="leave_note",
+        summary="Leave a note for a named peer or the next visitor of your workspace",
+        description=(
+            'Starts a thread (omit conversation_id; `to` defaults to "next") or replies '
+            "into one (`to` defaults to the one other participant). Delivery is by "
+            "polling, exactly once. The body is secret-scrubbed before it is stored."
+        ),
+        request=s.NoteLeaveInput,
+        responses={
+            201: s.NoteLeaveOutput,
+            200: s.NoteLeaveOutput,
+            **error_responses(
+                BodyTooLarge,
+                RecipientAmbiguous,
+                MailboxDisabled,
+                CrossProjectRefused,
+                NotAParticipant,
+                RecipientNotFound,
+                ConversationNotFound,
+                ConversationExhausted,
+                ConversationLocked,
+                IdempotencyKeyReused,
+            ),
+        },
+        auth=[{"sessionToken": []}],
+        tags=["mailbox"],
+    )
+    def post(self, request):
+        data = s.NoteLeaveInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        left = services.note_leave(self.session, **data.service_arguments())
+        body = {
+            "note": s.NoteSerializer(left.note).data,
+            "conversation_id": left.note.conversation.public_id,
+            "delivery": left.delivery,
+            "exchanges_left": left.exchanges_left,
+            "scrubbed": left.scrubbed,
+            "replayed": left.replayed,
+        }
+        return Response(body, status=status.HTTP_200_OK if left.replayed else 201)
+
+    @extend_schema(
+        operation_id="check_messages",
+        summary="Receive the notes pending for this session",
+        description=(
+            "Delivers every pending note, oldest first, and marks it delivered: each "
+            "note is delivered to exactly one response. With `wait`, the call holds "
+            "until a note arrives or the seconds pass."
+        ),
+        parameters=[
+            OpenApiParameter(
+                "wait", float, description="Seconds to wait for a note (0 to 30).", required=False
+            )
+        ],
+        responses={200: s.EnvelopeSerializer},
+        auth=[{"sessionToken": []}],
+        tags=["mailbox"],
+    )
+    def get(self, request):
+        query = s.NotesCheckInput(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        deadline = time.monotonic() + query.validated_data["wait"]
+        while True:
+            generation = wakeups.current_generation()
+            notes = services.notes_claim(self.session)
+            remaining = deadline - time.monotonic()
+            if notes or remaining <= 0:
+                break
+            wakeups.wait(generation, min(wakeups.POLL_INTERVAL, remaining))
+        # Setting "notes" here tells the envelope the delivery is done.
+        return Response({"notes": s.NoteSerializer(notes, many=True).data})
+
+
+class ConversationListApi(SessionApiView):
+    @extend_schema(
+        operation_id="list_conversations",
+        summary="Your threads, newest activity first",
+        parameters=[
+            OpenApiParameter("after_id", str, description="Continue after this conversation."),
+            OpenApiParameter("limit", int, description="At most this many (1 to 200, 50)."),
+        ],
+        responses={200: s.ConversationListOutput, **error_responses(ConversationNotFound)},
+        auth=[{"sessionToken": []}],
+        tags=["mailbox"],
+    )
+    def get(self, request):
+        query = s.ConversationListInput(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        threads, has_more = selectors.conversation_list_for_session(
+            self.session, **query.validated_data
+        )
+        return Response(
+            {
+                "conversations": s.ConversationSerializer(threads, many=True).data,
+                "has_more": has_more,
+            }
+        )
+
+
+class ConversationDetailApi(SessionApiView):
+    @extend_schema(
+        operation_id="read_conversation",
+        summary="One thread with all its notes (participants only)",
+        description="Reading history does not change delivery state.",
+        responses={
+            200: s.ConversationDetailOutput,
+            **error_responses(ConversationNotFound, NotAParticipant),
+        },
+        auth=[{"sessionToken": []}],
+        tags=["mailbox"],
+    )
+    def get(self, request, conversation_id: str):
+        conversation = selectors.conversation_get_for_session(self.session, conversation_id)
+        return Response({"conversation": s.ConversationDetailSerializer(conversation).data})

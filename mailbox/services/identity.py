@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from mailbox import credentials
@@ -32,11 +32,13 @@ from mailbox.models import (
     SLUG_PATTERN,
     AgentName,
     CrossProjectOptIn,
+    Note,
     Project,
     ProjectKey,
     Session,
     Workspace,
 )
+from mailbox.services.notes import notes_unbind
 from plumb_site.errors import ValidationFailed
 
 _SLUG_RE = re.compile(SLUG_PATTERN)
@@ -216,99 +218,18 @@ def optin_revoke(project: Project, *, source: Project) -> None:
 
 # --- sessions ------------------------------------------------------------------------
 
-_ADJECTIVES = [
-    "amber",
-    "azure",
-    "brave",
-    "bright",
-    "brisk",
-    "calm",
-    "clever",
-    "cobalt",
-    "coral",
-    "crisp",
-    "dapper",
-    "eager",
-    "fair",
-    "fleet",
-    "gentle",
-    "glad",
-    "golden",
-    "hazel",
-    "honest",
-    "jolly",
-    "keen",
-    "kind",
-    "lively",
-    "lucid",
-    "merry",
-    "mellow",
-    "nimble",
-    "noble",
-    "olive",
-    "plucky",
-    "quick",
-    "quiet",
-    "rapid",
-    "ruby",
-    "sage",
-    "silver",
-    "steady",
-    "sunny",
-    "swift",
-    "tidy",
-    "topaz",
-    "vivid",
-    "warm",
-    "wise",
-    "witty",
-    "zesty",
-]
-_ANIMALS = [
-    "badger",
-    "beaver",
-    "bison",
-    "crane",
-    "dingo",
-    "dolphin",
-    "eagle",
-    "falcon",
-    "ferret",
-    "finch",
-    "fox",
-    "gecko",
-    "heron",
-    "ibis",
-    "jackal",
-    "koala",
-    "lemur",
-    "lynx",
-    "marten",
-    "mole",
-    "newt",
-    "ocelot",
-    "otter",
-    "owl",
-    "panda",
-    "puffin",
-    "quail",
-    "raven",
-    "robin",
-    "salmon",
-    "seal",
-    "shrike",
-    "stoat",
-    "swift",
-    "tapir",
-    "tern",
-    "toucan",
-    "vole",
-    "walrus",
-    "wombat",
-    "wren",
-    "yak",
-    "zebra",
-]
+_ADJECTIVES = (  # noqa: SIM905 - a word list reads better as prose
+    "amber azure brave bright brisk calm clever cobalt coral crisp dapper eager fair "
+    "fleet gentle glad golden hazel honest jolly keen kind lively lucid merry mellow "
+    "nimble noble olive plucky quick quiet rapid ruby sage silver steady sunny swift "
+    "tidy topaz vivid warm wise witty zesty"
+).split()
+_ANIMALS = (  # noqa: SIM905 - a word list reads better as prose
+    "badger beaver bison crane dingo dolphin eagle falcon ferret finch fox gecko "
+    "heron ibis jackal koala lemur lynx marten mole newt ocelot otter owl panda "
+    "puffin quail raven robin salmon seal shrike stoat swift tapir tern toucan vole "
+    "walrus wombat wren yak zebra"
+).split()
 
 
 def _generated_handle() -> str:
@@ -394,8 +315,9 @@ def _try_start_named(workspace: Workspace, handle: str, *, fresh_only: bool) -> 
         if any(s.is_connected(now) for s in open_sessions):
             raise NameInUse(f"The name {handle!r} is held by a connected session.")
         if open_sessions:
-            Session.objects.filter(pk__in=[s.pk for s in open_sessions]).update(ended_at=now)
+            _sessions_end([s.pk for s in open_sessions], now=now)
         token = credentials.generate(credentials.SESSION_TOKEN)
+        watermark = Note.objects.aggregate(highest=Max("id"))["highest"] or 0
         session = Session.objects.create(
             name=agent_name,
             workspace=workspace,
@@ -403,6 +325,7 @@ def _try_start_named(workspace: Workspace, handle: str, *, fresh_only: bool) -> 
             token_hash=token.digest,
             started_at=now,
             last_seen_at=now,
+            notes_watermark=watermark,
         )
     session.workspace = workspace
     return StartedSession(session=session, token=token.raw)
@@ -419,10 +342,16 @@ def _claim_name(workspace: Workspace, handle: str) -> tuple[AgentName, bool]:
 def session_end(session: Session) -> Session:
     """End a session; its token stops working. Ending twice changes nothing."""
     if session.ended_at is None:
-        now = timezone.now()
-        Session.objects.filter(pk=session.pk, ended_at__isnull=True).update(ended_at=now)
+        with transaction.atomic():
+            _sessions_end([session.pk], now=timezone.now())
         session.refresh_from_db(fields=["ended_at"])
     return session
+
+
+def _sessions_end(session_ids: list[int], *, now: datetime) -> None:
+    """End sessions and let their undelivered bound notes fall back to the name."""
+    Session.objects.filter(pk__in=session_ids, ended_at__isnull=True).update(ended_at=now)
+    notes_unbind(session_ids)
 
 
 def session_touch(session: Session, *, now: datetime | None = None) -> None:

@@ -1,0 +1,30 @@
+"""The rules every stored text body follows, for notes and room messages alike."""
+
+from mailbox.scrubbing import ScrubResult, scrub
+from plumb_site.errors import BodyTooLarge, ValidationFailed
+
+MAX_BODY_BYTES = 16384
+
+
+def body_prepare(body: object) -> ScrubResult:
+    """Check a body and scrub its secrets; the original must go no further.
+
+    The size limit is in UTF-8 bytes (SPEC §3.2) and applies to what the
+    client sent, before redaction can shrink or grow it.
+    """
+    if not isinstance(body, str):
+        raise ValidationFailed("body must be a string.", details={"body": ["Must be a string."]})
+    if body == "" or body.isspace():
+        raise ValidationFailed("body must not be empty.", details={"body": ["Must not be empty."]})
+    if "\x00" in body:
+        raise ValidationFailed(
+            "body must not contain NUL characters.",
+            details={"body": ["Must not contain NUL (U+0000) characters."]},
+        )
+    size = len(body.encode("utf-8"))
+    if size > MAX_BODY_BYTES:
+        raise BodyTooLarge(
+            f"body is {size} bytes of UTF-8; the limit is {MAX_BODY_BYTES}.",
+            details={"body": [f"At most {MAX_BODY_BYTES} bytes."], "size": size},
+        )
+    return scrub(body)
