@@ -32,7 +32,7 @@ class ApiErrorMiddleware:
         response = self.get_response(request)
         if (
             response.status_code >= 400
-            and request.path.startswith(API_PREFIXES)
+            and (request.path.startswith(API_PREFIXES) or request.path == "/api")
             and not response.get("Content-Type", "").startswith("application/json")
         ):
             code, message = _CODES.get(

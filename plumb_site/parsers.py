@@ -6,12 +6,14 @@ nesting deep enough to exhaust the stack. Every request body must also be a
 JSON object (SPEC §2), so anything else is refused here, once, for every view.
 """
 
-import codecs
 import json
+import math
 from typing import Any
 
 from django.conf import settings
-from rest_framework.exceptions import ParseError
+from django.core.exceptions import RequestDataTooBig
+from django.utils.http import parse_header_parameters
+from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.parsers import BaseParser
 
 MAX_DEPTH = 32
@@ -49,16 +51,22 @@ class StrictJSONParser(BaseParser):
     media_type = "application/json"
 
     def parse(self, stream, media_type=None, parser_context=None) -> dict[str, Any]:
-        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        _check_charset(media_type)
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        # Django enforces the upload limit only on request.body / request.POST;
+        # DRF reads the stream, so the limit is applied here.
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise RequestDataTooBig("The request body exceeds DATA_UPLOAD_MAX_MEMORY_SIZE.")
         try:
-            text = codecs.getreader(encoding)(stream).read()
+            text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise ParseError(f"The request body is not valid {encoding}.") from None
+            raise ParseError("The request body is not valid UTF-8.") from None
         if text.strip() == "":
             # An empty body on a POST means "no fields"; views validate what they need.
             return {}
         try:
-            data = json.loads(text, parse_constant=_reject_constant)
+            data = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
         except RecursionError:
             raise ParseError(f"JSON nested deeper than {MAX_DEPTH} levels.") from None
         except ValueError as exc:
@@ -67,3 +75,18 @@ class StrictJSONParser(BaseParser):
             raise ParseError("The request body must be a JSON object.")
         check_json_value(data)
         return data
+
+
+def _check_charset(media_type: str | None) -> None:
+    """JSON is UTF-8 (RFC 8259 §8.1); a client-chosen codec must not pick our decoder."""
+    _, params = parse_header_parameters(media_type or "")
+    charset = params.get("charset", "utf-8").strip().lower()
+    if charset not in {"utf-8", "utf8"}:
+        raise UnsupportedMediaType(media_type, detail="JSON bodies must be UTF-8 encoded.")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of range")
+    return value

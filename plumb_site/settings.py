@@ -155,7 +155,8 @@ def database_config() -> dict:
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
         # Tests need a real file: several threads and server processes share it.
-        config["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+        # One per test process, so that concurrent runs do not trample each other.
+        config["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
     elif config["ENGINE"] == "django.db.backends.postgresql":
         config["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60)
         config["CONN_HEALTH_CHECKS"] = True
