@@ -1,6 +1,7 @@
 """Every state change of the mailbox app, split by entity; import from here."""
 
 from mailbox.services.identity import (
+    Bootstrapped,
     IssuedKey,
     StartedSession,
     key_create,
@@ -15,11 +16,13 @@ from mailbox.services.identity import (
     session_end,
     session_start,
     session_touch,
+    site_bootstrap,
     workspace_create,
 )
 from mailbox.services.notes import NoteLeft, note_leave, notes_claim
 
 __all__ = [
+    "Bootstrapped",
     "IssuedKey",
     "NoteLeft",
     "StartedSession",
@@ -37,5 +40,6 @@ __all__ = [
     "session_end",
     "session_start",
     "session_touch",
+    "site_bootstrap",
     "workspace_create",
 ]

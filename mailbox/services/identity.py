@@ -67,6 +67,7 @@ def project_create(
 ) -> Project:
     """Create a project. Raises ``validation_error`` or ``already_exists``."""
     _check_slug(slug)
+    _check_text(name, field="name", limit=200)
     _check_max_exchanges(max_exchanges)
     try:
         # The savepoint keeps a caller's outer transaction usable after a clash.
@@ -90,15 +91,21 @@ def project_update(
     mailbox_enabled: bool | None = None,
     accept_all_projects: bool | None = None,
 ) -> Project:
-    """Change collab settings. Conversations keep the cap they were created with."""
+    """Change collab settings; raises ``validation_error``.
+
+    Conversations keep the cap they were created with.
+    """
     changed: list[str] = []
     if name is not None:
-        project.name, changed = name, [*changed, "name"]
+        project.name = _check_text(name, field="name", limit=200) or project.slug
+        changed.append("name")
     if max_exchanges is not None:
         _check_max_exchanges(max_exchanges)
-        project.max_exchanges, changed = max_exchanges, [*changed, "max_exchanges"]
+        project.max_exchanges = max_exchanges
+        changed.append("max_exchanges")
     if mailbox_enabled is not None:
-        project.mailbox_enabled, changed = mailbox_enabled, [*changed, "mailbox_enabled"]
+        project.mailbox_enabled = mailbox_enabled
+        changed.append("mailbox_enabled")
     if accept_all_projects is not None:
         project.accept_all_projects = accept_all_projects
         changed.append("accept_all_projects")
@@ -107,15 +114,32 @@ def project_update(
     return project
 
 
+MAX_EXCHANGES_LIMIT = 100_000
+
+
 def _check_max_exchanges(value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or not 1 <= value <= MAX_EXCHANGES_LIMIT
+    ):
         raise ValidationFailed(
-            "max_exchanges must be a whole number of at least 1.",
-            details={"max_exchanges": ["Must be at least 1."]},
+            f"max_exchanges must be a whole number from 1 to {MAX_EXCHANGES_LIMIT}.",
+            details={"max_exchanges": [f"Must be from 1 to {MAX_EXCHANGES_LIMIT}."]},
         )
 
 
+def _check_text(value: str, *, field: str, limit: int) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        raise ValidationFailed(
+            f"{field} must be text of at most {limit} characters.",
+            details={field: [f"At most {limit} characters."]},
+        )
+    return value
+
+
 def project_get(slug: str) -> Project:
+    """The project with this slug; raises ``project_not_found``."""
     try:
         return Project.objects.get(slug=slug)
     except Project.DoesNotExist:
@@ -145,7 +169,12 @@ class IssuedKey:
 
 
 def key_create(project: Project, *, label: str = "", created_by: str = "") -> IssuedKey:
-    """Issue a project key. Only its digest and public prefix are stored."""
+    """Issue a project key; raises ``validation_error`` for an over-long label.
+
+    Only its digest and public prefix are stored.
+    """
+    _check_text(label, field="label", limit=200)
+    created_by = created_by[:150]
     for _ in range(5):
         new = credentials.generate(credentials.PROJECT_KEY)
         try:
@@ -164,7 +193,10 @@ def key_create(project: Project, *, label: str = "", created_by: str = "") -> Is
 
 
 def key_find(prefix_or_key: str) -> ProjectKey:
-    """Find a key by its prefix (``abcd1234`` or ``plumb_key_abcd1234``) or the whole key."""
+    """Find a key by its prefix (``abcd1234`` or ``plumb_key_abcd1234``) or the whole key.
+
+    Raises ``key_not_found``; a whole key must match its digest, not just its prefix.
+    """
     text = prefix_or_key.strip()
     parsed = credentials.parse(text)
     if parsed is not None:
@@ -195,7 +227,12 @@ def key_revoke(key: ProjectKey) -> ProjectKey:
 def optin_grant(
     project: Project, *, source: Project, created_by: str, note: str = ""
 ) -> CrossProjectOptIn:
-    """``project`` starts accepting notes and room joins from ``source``."""
+    """``project`` starts accepting notes and room joins from ``source``.
+
+    Raises ``validation_error`` (a project and itself) and ``already_exists``.
+    """
+    _check_text(note, field="note", limit=2000)
+    created_by = created_by[:150]
     if project.pk == source.pk:
         raise ValidationFailed(
             "A project always accepts its own traffic.",
@@ -211,9 +248,50 @@ def optin_grant(
 
 
 def optin_revoke(project: Project, *, source: Project) -> None:
+    """``project`` stops accepting ``source``; raises ``optin_not_found``."""
     deleted, _ = CrossProjectOptIn.objects.filter(project=project, source=source).delete()
     if not deleted:
         raise OptInNotFound(f"{project.slug} has no opt-in for {source.slug}.")
+
+
+# --- bootstrap ------------------------------------------------------------------------
+
+DEFAULT_SLUG = "default"
+
+
+@dataclass(frozen=True)
+class Bootstrapped:
+    project: Project
+    workspace: Workspace
+    project_created: bool
+    workspace_created: bool
+    issued: IssuedKey | None  # a key only when the project was created just now
+
+
+def site_bootstrap(*, created_by: str) -> Bootstrapped:
+    """Make sure the ``default`` project and workspace exist (``make serve``).
+
+    One transaction: a key is issued only together with the project it belongs
+    to, so a failure half-way cannot leave a project whose key was never shown.
+    Two bootstraps racing serialise on SQLite's write lock or PostgreSQL's
+    unique index; the loser finds the winner's project and issues no key.
+    """
+    with transaction.atomic():
+        try:
+            project, project_created = project_create(DEFAULT_SLUG, name="Default"), True
+        except AlreadyExists:
+            project, project_created = project_get(DEFAULT_SLUG), False
+        try:
+            workspace, workspace_created = workspace_create(project, slug=DEFAULT_SLUG), True
+        except AlreadyExists:
+            workspace = Workspace.objects.get(project=project, slug=DEFAULT_SLUG)
+            workspace_created = False
+        issued = (
+            key_create(project, label="bootstrap", created_by=created_by)
+            if project_created
+            else None
+        )
+    return Bootstrapped(project, workspace, project_created, workspace_created, issued)
 
 
 # --- sessions ------------------------------------------------------------------------

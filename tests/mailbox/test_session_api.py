@@ -4,6 +4,8 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -226,22 +228,24 @@ def test_using_a_key_records_last_used_at(key_client, project_key, workspace):
     assert project_key.last_used_at is not None
 
 
-def test_last_seen_at_is_refreshed_without_a_write_on_every_request(
-    agent_session, session_client, django_assert_num_queries
-):
+def test_last_seen_at_is_refreshed_without_a_write_on_every_request(agent_session, session_client):
     long_ago = timezone.now() - timedelta(seconds=60)
     Session.objects.filter(pk=agent_session.pk).update(last_seen_at=long_ago)
 
-    session_client.get("/api/v1/sessions/current/")
+    with CaptureQueriesContext(connection) as first:
+        session_client.get("/api/v1/sessions/current/")
     agent_session.refresh_from_db()
     assert agent_session.last_seen_at > long_ago
     refreshed = agent_session.last_seen_at
 
-    # Within the write interval: one query to authenticate, none to write.
-    with django_assert_num_queries(1):
+    # Within the write interval: authentication and the notes check, no write.
+    with CaptureQueriesContext(connection) as second:
         session_client.get("/api/v1/sessions/current/")
     agent_session.refresh_from_db()
     assert agent_session.last_seen_at == refreshed
+    assert [q for q in first.captured_queries if q["sql"].startswith("UPDATE")]
+    assert not [q for q in second.captured_queries if not q["sql"].startswith("SELECT")]
+    assert len(second.captured_queries) == 2
 
 
 def test_two_sessions_of_different_names_coexist_in_a_workspace(workspace):

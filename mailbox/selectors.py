@@ -1,0 +1,107 @@
+"""Reads that fetch related rows up front and apply visibility rules.
+
+Operator listings (projects, keys, opt-ins) see every project; conversation
+reads are limited to the participants of each thread.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch, Q, QuerySet
+
+from mailbox.errors import ConversationNotFound, NotAParticipant
+from mailbox.models import (
+    Conversation,
+    CrossProjectOptIn,
+    Note,
+    Participant,
+    Project,
+    ProjectKey,
+    Session,
+)
+
+
+def project_list() -> QuerySet[Project]:
+    """Every project, by slug."""
+    return Project.objects.order_by("slug")
+
+
+def key_list(project: Project | None = None) -> QuerySet[ProjectKey]:
+    """Project keys, newest first within each project; all projects when ``project`` is None.
+
+    ``key_hash`` is deferred: a listing never needs it, so it never leaves the database.
+    """
+    keys = ProjectKey.objects.select_related("project").defer("key_hash")
+    if project is not None:
+        keys = keys.filter(project=project)
+    return keys.order_by("project__slug", "-created_at", "prefix")
+
+
+def optin_list(project: Project | None = None) -> QuerySet[CrossProjectOptIn]:
+    """Opt-ins granted by ``project`` (who may send to it); all of them when it is None."""
+    optins = CrossProjectOptIn.objects.select_related("project", "source")
+    if project is not None:
+        optins = optins.filter(project=project)
+    return optins.order_by("project__slug", "source__slug")
+
+
+# --- conversations (visible to their participants only) ------------------------------
+
+_NOTE_RELATED = (
+    "conversation",
+    "recipient",
+    "next_workspace",
+    "sender_name__workspace__project",
+)
+
+
+def conversation_list_for_session(
+    session: Session, *, after_id: str | None = None, limit: int = 50
+) -> tuple[list[Conversation], bool]:
+    """The session's threads, newest activity first, and whether more follow.
+
+    ``after_id`` continues a listing after the conversation of that id (a
+    cursor, so that pages stay stable while new notes arrive).
+    """
+    threads = Conversation.objects.filter(participants__name_id=session.name_id).order_by(
+        "-last_note_at", "-id"
+    )
+    if after_id:
+        anchor = threads.filter(public_id=after_id).values("last_note_at", "id").first()
+        if anchor is None:
+            raise ConversationNotFound("after_id names no conversation of yours.")
+        threads = threads.filter(
+            Q(last_note_at__lt=anchor["last_note_at"])
+            | Q(last_note_at=anchor["last_note_at"], id__lt=anchor["id"])
+        )
+    page = list(
+        threads.prefetch_related(
+            Prefetch(
+                "participants",
+                queryset=Participant.objects.select_related("name__workspace__project"),
+            )
+        )[: limit + 1]
+    )
+    return page[:limit], len(page) > limit
+
+
+def conversation_get_for_session(session: Session, public_id: str) -> Conversation:
+    """One thread with its participants and notes; ``not_a_participant`` for outsiders."""
+    conversation = (
+        Conversation.objects.filter(public_id=public_id)
+        .prefetch_related(
+            Prefetch(
+                "participants",
+                queryset=Participant.objects.select_related("name__workspace__project"),
+            ),
+            Prefetch(
+                "notes",
+                queryset=Note.objects.select_related(*_NOTE_RELATED).order_by("position"),
+            ),
+        )
+        .first()
+    )
+    if conversation is None:
+        raise ConversationNotFound()
+    if not any(p.name_id == session.name_id for p in conversation.participants.all()):
+        raise NotAParticipant()
+    return conversation
