@@ -35,6 +35,8 @@ from plumb_site.errors import ValidationFailed
 
 NEXT = "next"
 MAX_IDEMPOTENCY_KEY = 128
+# Notes handed out by one response at most; the rest follow on the next call.
+MAX_CLAIM = 500
 
 
 @dataclass
@@ -224,6 +226,8 @@ def _store(
 
     note.conversation = conversation
     note.sender_name = session.name
+    # A name is bound to its session's workspace: reuse the loaded rows.
+    note.sender_name.workspace = session.workspace
     return NoteLeft(note=note, delivery=delivery, exchanges_left=conversation.exchanges_left)
 
 
@@ -335,7 +339,9 @@ def notes_claim(session: Session) -> list[Note]:
     after waiting on the row lock; SQLite runs writers one at a time), and
     each claimer reads back only the rows carrying its own token.
     """
-    candidate_ids = list(notes_pending(session).values_list("id", flat=True)[:500])
+    candidate_ids = list(
+        notes_pending(session).order_by("id").values_list("id", flat=True)[:MAX_CLAIM]
+    )
     if not candidate_ids:
         return []
     claim = secrets.token_hex(16)
