@@ -139,9 +139,12 @@ def _replay(
     )
     if original is None:
         return None
+    # An omitted "to" means "next" on a new thread and "the other participant"
+    # on a reply; only the latter matches whatever the original resolved to.
+    requested_to = to if to is not None else (NEXT if conversation_id is None else None)
     same = (
         original.body == text
-        and (to is None or to == original.to_display)
+        and (requested_to is None or requested_to == original.to_display)
         and (conversation_id is None or conversation_id == original.conversation.public_id)
     )
     if not same:
