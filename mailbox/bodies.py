@@ -1,9 +1,10 @@
-"""The rules every stored text body follows, for notes and room messages alike."""
+"""Rules every stored text follows, for notes and room messages alike."""
 
 from mailbox.scrubbing import ScrubResult, scrub
 from plumb_site.errors import BodyTooLarge, ValidationFailed
 
 MAX_BODY_BYTES = 16384
+MAX_IDEMPOTENCY_KEY = 128
 
 
 def body_prepare(body: object) -> ScrubResult:
@@ -28,3 +29,18 @@ def body_prepare(body: object) -> ScrubResult:
             details={"body": [f"At most {MAX_BODY_BYTES} bytes."], "size": size},
         )
     return scrub(body)
+
+
+def idempotency_key_check(key: object) -> None:
+    """Keys are 1-128 printable ASCII characters (SPEC §4.2), for notes and messages."""
+    if key is None:
+        return
+    if (
+        not isinstance(key, str)
+        or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY
+        or not all(" " <= ch <= "~" for ch in key)
+    ):
+        raise ValidationFailed(
+            "idempotency_key must be 1-128 printable ASCII characters.",
+            details={"idempotency_key": ["Use 1-128 printable ASCII characters."]},
+        )

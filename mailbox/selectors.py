@@ -20,6 +20,13 @@ from mailbox.models import (
 )
 
 
+def optin_allows(project: Project, *, source: Project) -> bool:
+    """Whether ``project`` accepts notes and room joins from ``source``."""
+    if project.pk == source.pk or project.accept_all_projects:
+        return True
+    return CrossProjectOptIn.objects.filter(project=project, source=source).exists()
+
+
 def project_list() -> QuerySet[Project]:
     """Every project, by slug."""
     return Project.objects.order_by("slug")

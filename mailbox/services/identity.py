@@ -45,7 +45,8 @@ _SLUG_RE = re.compile(SLUG_PATTERN)
 _HANDLE_RE = re.compile(HANDLE_PATTERN)
 
 
-def _check_slug(value: str, *, field: str = "slug") -> str:
+def slug_check(value: str, *, field: str = "slug") -> str:
+    """Slugs of projects, workspaces and rooms; raises ``validation_error``."""
     if not isinstance(value, str) or not _SLUG_RE.match(value):
         raise ValidationFailed(
             f"{field} must be 1-64 lower-case letters, digits or '-'.",
@@ -66,7 +67,7 @@ def project_create(
     accept_all_projects: bool = False,
 ) -> Project:
     """Create a project. Raises ``validation_error`` or ``already_exists``."""
-    _check_slug(slug)
+    slug_check(slug)
     _check_text(name, field="name", limit=200)
     _check_max_exchanges(max_exchanges)
     try:
@@ -151,7 +152,7 @@ def project_get(slug: str) -> Project:
 
 def workspace_create(project: Project, *, slug: str) -> Workspace:
     """Create a workspace in a project. Raises ``validation_error`` or ``already_exists``."""
-    _check_slug(slug)
+    slug_check(slug)
     try:
         with transaction.atomic():
             return Workspace.objects.create(project=project, slug=slug)

@@ -10,7 +10,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from mailbox import wakeups
-from mailbox.bodies import body_prepare
+from mailbox.bodies import body_prepare, idempotency_key_check
 from mailbox.errors import (
     ConversationExhausted,
     ConversationLocked,
@@ -25,16 +25,15 @@ from mailbox.errors import (
 from mailbox.models import (
     AgentName,
     Conversation,
-    CrossProjectOptIn,
     Note,
     Participant,
     Project,
     Session,
 )
+from mailbox.selectors import optin_allows
 from plumb_site.errors import ValidationFailed
 
 NEXT = "next"
-MAX_IDEMPOTENCY_KEY = 128
 # Notes handed out by one response at most; the rest follow on the next call.
 MAX_CLAIM = 500
 
@@ -77,7 +76,7 @@ def note_leave(
     idempotency key unused. Locks the conversation row while counting.
     """
     prepared = body_prepare(body)
-    _check_idempotency_key(idempotency_key)
+    idempotency_key_check(idempotency_key)
     if to is not None and (not isinstance(to, str) or not to):
         raise ValidationFailed("to must be a name or 'next'.", details={"to": ["Invalid."]})
     if idempotency_key is not None:
@@ -111,20 +110,6 @@ def note_leave(
         return replay
     left.scrubbed = prepared.scrubbed
     return left
-
-
-def _check_idempotency_key(key: str | None) -> None:
-    if key is None:
-        return
-    if (
-        not isinstance(key, str)
-        or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY
-        or not all(" " <= ch <= "~" for ch in key)
-    ):
-        raise ValidationFailed(
-            "idempotency_key must be 1-128 printable ASCII characters.",
-            details={"idempotency_key": ["Use 1-128 printable ASCII characters."]},
-        )
 
 
 def _replay(
@@ -262,9 +247,7 @@ def _check_may_send(
         ).exists()
     ):
         return  # they wrote in this thread: the thread itself was consented to
-    if not CrossProjectOptIn.objects.filter(
-        project=recipient_project, source=sender_project
-    ).exists():
+    if not optin_allows(recipient_project, source=sender_project):
         raise CrossProjectRefused(
             details={
                 "recipient_project": recipient_project.slug,
