@@ -7,6 +7,7 @@ from plumb_site import views
 
 api_patterns = [
     path("", include("mailbox.api.urls")),
+    path("", include("rooms.api.urls")),
     re_path(
         r"^schema/?$",
         SpectacularAPIView.as_view(renderer_classes=[OpenApiJsonRenderer]),

@@ -1,0 +1,286 @@
+"""Input and output shapes of the rooms API. Output serializers never run queries:
+selectors fetch every related row they read."""
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from mailbox.api.serializers import EnvelopeSerializer, ScrubbedSerializer
+from mailbox.models import SLUG_PATTERN
+from plumb_site.fields import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictRegexField,
+)
+from rooms.mentions import visible
+from rooms.models import Event
+
+
+class PersonSerializer(serializers.Serializer):
+    """A handle with its display name; ``display_name_visible`` shows invisible
+    and bidi characters as ``<U+XXXX>`` so look-alike names can be told apart."""
+
+    handle = serializers.CharField()
+    display_name = serializers.CharField()
+    display_name_visible = serializers.SerializerMethodField()
+
+    def get_display_name_visible(self, person) -> str:
+        return visible(person["display_name"] if isinstance(person, dict) else person.display_name)
+
+
+class MessageSerializer(serializers.Serializer):
+    id = serializers.CharField(source="public_id")
+    seq = serializers.IntegerField()
+    room = serializers.CharField(source="room.slug")
+    author = serializers.SerializerMethodField()
+    body = serializers.SerializerMethodField(help_text="Null when a moderator hid the message.")
+    reply_to = serializers.SerializerMethodField()
+    mentions = PersonSerializer(many=True)
+    created_at = serializers.DateTimeField()
+    hidden = serializers.BooleanField()
+
+    @extend_schema_field(PersonSerializer)
+    def get_author(self, message) -> dict:
+        return {
+            "handle": message.author.handle,
+            "display_name": message.author_display_name,
+            "display_name_visible": visible(message.author_display_name),
+        }
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_body(self, message) -> str | None:
+        return None if message.hidden else message.body
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_reply_to(self, message) -> str | None:
+        return message.reply_to.public_id if message.reply_to_id else None
+
+
+class ReviewSerializer(serializers.Serializer):
+    message_id = serializers.CharField(source="message.public_id")
+    verdict = serializers.ChoiceField(choices=Event.Verdict.choices)
+    body = serializers.SerializerMethodField()
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_body(self, event) -> str | None:
+        return event.body or None
+
+
+class ModerationSerializer(serializers.Serializer):
+    action = serializers.CharField()
+    reason = serializers.CharField(allow_blank=True)
+    message_id = serializers.CharField(allow_null=True)
+    member = serializers.CharField(allow_null=True, required=False)
+
+
+class EventSerializer(serializers.Serializer):
+    """One event of a room's stream; exactly one of message, review and
+    moderation is set for those kinds, none for join and leave."""
+
+    seq = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=Event.Kind.choices)
+    created_at = serializers.DateTimeField()
+    actor = serializers.SerializerMethodField()
+    message = serializers.SerializerMethodField()
+    review = serializers.SerializerMethodField()
+    moderation = serializers.SerializerMethodField()
+
+    @extend_schema_field(PersonSerializer(allow_null=True))
+    def get_actor(self, event) -> dict | None:
+        if event.actor_id is None:
+            return None
+        return {
+            "handle": event.actor.handle,
+            "display_name": event.actor_display_name,
+            "display_name_visible": visible(event.actor_display_name),
+        }
+
+    @extend_schema_field(MessageSerializer(allow_null=True))
+    def get_message(self, event) -> dict | None:
+        if event.kind != Event.Kind.MESSAGE:
+            return None
+        return MessageSerializer(event.message).data
+
+    @extend_schema_field(ReviewSerializer(allow_null=True))
+    def get_review(self, event) -> dict | None:
+        return ReviewSerializer(event).data if event.kind == Event.Kind.REVIEW else None
+
+    @extend_schema_field(ModerationSerializer(allow_null=True))
+    def get_moderation(self, event) -> dict | None:
+        if event.kind != Event.Kind.MODERATION:
+            return None
+        return {
+            "action": event.data.get("action", ""),
+            "reason": event.data.get("reason", ""),
+            "message_id": event.message.public_id if event.message_id else None,
+            "member": event.data.get("member"),
+        }
+
+
+class RoomSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    project = serializers.CharField(source="project.slug")
+    title = serializers.CharField()
+    topic = serializers.CharField()
+    locked = serializers.BooleanField()
+    latest_seq = serializers.IntegerField(source="head_seq")
+    created_at = serializers.DateTimeField()
+    member = serializers.SerializerMethodField(help_text="Whether you are a current member.")
+    read_seq = serializers.SerializerMethodField(help_text="Your read position (members).")
+    unseen = serializers.SerializerMethodField(
+        help_text="Messages from others above your read position (members)."
+    )
+
+    def get_member(self, room) -> bool:
+        return getattr(room, "my_read_seq", None) is not None
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_read_seq(self, room) -> int | None:
+        return getattr(room, "my_read_seq", None)
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_unseen(self, room) -> int | None:
+        if getattr(room, "my_read_seq", None) is None:
+            return None
+        return getattr(room, "my_unseen", None) or 0
+
+
+class MemberSerializer(serializers.Serializer):
+    handle = serializers.CharField(source="name.handle")
+    display_name = serializers.CharField()
+    display_name_visible = serializers.SerializerMethodField()
+    joined_at = serializers.DateTimeField()
+    muted = serializers.BooleanField()
+    read_seq = serializers.IntegerField()
+
+    def get_display_name_visible(self, member) -> str:
+        return visible(member.display_name)
+
+
+# --- inputs ----------------------------------------------------------------------
+
+
+class _FingerprintInput(serializers.Serializer):
+    tool_schema_fingerprint = StrictCharField(required=False, max_length=128)
+
+
+class RoomCreateInput(_FingerprintInput):
+    slug = StrictRegexField(SLUG_PATTERN, max_length=64, trim_whitespace=False)
+    title = StrictCharField(required=False, allow_blank=True, max_length=200, default="")
+    topic = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
+    display_name = StrictCharField(
+        required=False, allow_blank=True, max_length=64, default="", trim_whitespace=False
+    )
+
+
+class RoomJoinInput(_FingerprintInput):
+    display_name = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, max_length=64, trim_whitespace=False
+    )
+
+
+class MessageSendInput(_FingerprintInput):
+    body = StrictCharField(trim_whitespace=False, allow_blank=True)
+    reply_to = StrictCharField(required=False, allow_null=True, max_length=64)
+    idempotency_key = StrictCharField(
+        required=False, allow_null=True, trim_whitespace=False, max_length=128
+    )
+    after_seq = StrictIntegerField(required=False, allow_null=True, min_value=0)
+    require_read = StrictBooleanField(required=False, default=False)
+
+
+class ReviewInput(_FingerprintInput):
+    verdict = serializers.ChoiceField(choices=Event.Verdict.choices)
+    body = StrictCharField(required=False, allow_null=True, allow_blank=True, trim_whitespace=False)
+
+
+class ReadInput(_FingerprintInput):
+    seq = StrictIntegerField(min_value=0)
+
+
+MAX_READ_LIMIT = 500
+
+
+class EventsReadInput(serializers.Serializer):
+    after_seq = serializers.IntegerField(required=False, min_value=0, max_value=2**62)
+    limit = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_READ_LIMIT, default=50
+    )
+    kinds = serializers.CharField(required=False, max_length=200)
+    mark_read = StrictBooleanField(required=False, default=True)
+
+    def validate_kinds(self, value: str) -> list[str]:
+        kinds = [k.strip() for k in value.split(",") if k.strip()]
+        unknown = sorted(set(kinds) - set(Event.Kind.values))
+        if unknown or not kinds:
+            raise serializers.ValidationError(
+                f"Use a comma-separated list of: {', '.join(Event.Kind.values)}."
+            )
+        return kinds
+
+
+class MentionsInput(serializers.Serializer):
+    after_id = serializers.CharField(required=False, max_length=64)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
+
+
+# --- outputs ---------------------------------------------------------------------
+
+
+class MentionWarningSerializer(serializers.Serializer):
+    typed = serializers.CharField()
+    handle = serializers.CharField()
+    reason = serializers.ChoiceField(choices=["invisible_characters", "confusable"])
+
+
+class MessageSendOutput(EnvelopeSerializer):
+    message = MessageSerializer()
+    latest_seq = serializers.IntegerField(help_text="The room's head after this call.")
+    unseen_before_send = serializers.IntegerField(
+        help_text="Messages from others above your reference point when you posted."
+    )
+    mentions = PersonSerializer(many=True)
+    unresolved_mentions = serializers.ListField(child=serializers.CharField())
+    mention_warnings = MentionWarningSerializer(many=True)
+    scrubbed = ScrubbedSerializer(many=True)
+    replayed = serializers.BooleanField()
+
+
+class EventsReadOutput(EnvelopeSerializer):
+    events = EventSerializer(many=True)
+    latest_seq = serializers.IntegerField()
+    read_seq = serializers.IntegerField()
+    has_more = serializers.BooleanField()
+
+
+class RoomOutput(EnvelopeSerializer):
+    room = RoomSerializer()
+
+
+class RoomEventOutput(EnvelopeSerializer):
+    room = RoomSerializer()
+    event = EventSerializer(allow_null=True)
+    latest_seq = serializers.IntegerField()
+
+
+class RoomListOutput(EnvelopeSerializer):
+    rooms = RoomSerializer(many=True)
+
+
+class MemberListOutput(EnvelopeSerializer):
+    members = MemberSerializer(many=True)
+
+
+class ReviewOutput(EnvelopeSerializer):
+    event = EventSerializer()
+    latest_seq = serializers.IntegerField()
+
+
+class ReadOutput(EnvelopeSerializer):
+    read_seq = serializers.IntegerField()
+    latest_seq = serializers.IntegerField()
+
+
+class MentionListOutput(EnvelopeSerializer):
+    mentions = MessageSerializer(many=True)
+    has_more = serializers.BooleanField()

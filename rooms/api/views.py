@@ -1,0 +1,273 @@
+"""Rooms API views: translate HTTP to service and selector calls, nothing more."""
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+
+from mailbox.errors import CrossProjectRefused, IdempotencyKeyReused
+from plumb_site.api import SessionApiView
+from plumb_site.errors import BodyTooLarge
+from plumb_site.schema import error_responses
+from rooms import selectors, services
+from rooms.api import serializers as s
+from rooms.errors import (
+    MemberMuted,
+    MessageNotFound,
+    NotAMember,
+    RoomExists,
+    RoomLocked,
+    RoomNotFound,
+    UnreadMessages,
+)
+
+SESSION_AUTH = [{"sessionToken": []}]
+
+
+class RoomListApi(SessionApiView):
+    @extend_schema(
+        operation_id="list_rooms",
+        summary="Rooms you may see: your project's and those you joined",
+        responses={200: s.RoomListOutput},
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def get(self, request):
+        rooms = selectors.room_list_for_session(self.session)
+        return Response({"rooms": s.RoomSerializer(rooms, many=True).data})
+
+    @extend_schema(
+        operation_id="create_room",
+        summary="Create a room in your project; you join it",
+        request=s.RoomCreateInput,
+        responses={201: s.RoomEventOutput, **error_responses(RoomExists)},
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def post(self, request):
+        data = s.RoomCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = {k: v for k, v in data.validated_data.items() if k != "tool_schema_fingerprint"}
+        room, event = services.room_create(self.session, **fields)
+        room = selectors.room_get_for_session(self.session, room.slug)
+        return Response(_room_event(room, event), status=status.HTTP_201_CREATED)
+
+
+def _room_event(room, event) -> dict:
+    return {
+        "room": s.RoomSerializer(room).data,
+        "event": s.EventSerializer(event).data if event is not None else None,
+        "latest_seq": room.head_seq,
+    }
+
+
+class RoomDetailApi(SessionApiView):
+    @extend_schema(
+        operation_id="get_room",
+        summary="One room",
+        responses={200: s.RoomOutput, **error_responses(RoomNotFound, NotAMember)},
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def get(self, request, slug: str):
+        room = selectors.room_get_for_session(self.session, slug)
+        return Response({"room": s.RoomSerializer(room).data})
+
+
+class RoomJoinApi(SessionApiView):
+    @extend_schema(
+        operation_id="join_room",
+        summary="Join a room (joining again changes nothing)",
+        request=s.RoomJoinInput,
+        responses={
+            201: s.RoomEventOutput,
+            200: s.RoomEventOutput,
+            **error_responses(RoomNotFound, CrossProjectRefused),
+        },
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def post(self, request, slug: str):
+        data = s.RoomJoinInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        joined = services.room_join(
+            self.session, slug, display_name=data.validated_data.get("display_name")
+        )
+        room = selectors.room_get_for_session(self.session, slug)
+        code = status.HTTP_201_CREATED if joined.event is not None else status.HTTP_200_OK
+        return Response(_room_event(room, joined.event), status=code)
+
+
+class RoomLeaveApi(SessionApiView):
+    @extend_schema(
+        operation_id="leave_room",
+        summary="Leave a room",
+        request=None,
+        responses={200: s.RoomEventOutput, **error_responses(RoomNotFound, NotAMember)},
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def post(self, request, slug: str):
+        room, event = services.room_leave(self.session, slug)
+        room = selectors.room_get_for_session(self.session, slug)
+        return Response(_room_event(room, event))
+
+
+class MemberListApi(SessionApiView):
+    @extend_schema(
+        operation_id="list_members",
+        summary="Current members of a room",
+        responses={200: s.MemberListOutput, **error_responses(RoomNotFound, NotAMember)},
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def get(self, request, slug: str):
+        room = selectors.room_get_for_session(self.session, slug)
+        members = selectors.member_list(room)
+        return Response({"members": s.MemberSerializer(members, many=True).data})
+
+
+class MessagesApi(SessionApiView):
+    @extend_schema(
+        operation_id="send_message",
+        summary="Post a markdown message to a room you joined",
+        description=(
+            "Returns the stored message with its seq and the room's latest_seq. Pass "
+            "idempotency_key to make retries safe, and require_read: true when the "
+            "message states the room's state: the send is then refused while messages "
+            "or reviews from others sit after after_seq (or your read position)."
+        ),
+        request=s.MessageSendInput,
+        responses={
+            201: s.MessageSendOutput,
+            200: s.MessageSendOutput,
+            **error_responses(
+                BodyTooLarge,
+                NotAMember,
+                MemberMuted,
+                RoomNotFound,
+                MessageNotFound,
+                UnreadMessages,
+                IdempotencyKeyReused,
+                RoomLocked,
+            ),
+        },
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def post(self, request, slug: str):
+        data = s.MessageSendInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = {k: v for k, v in data.validated_data.items() if k != "tool_schema_fingerprint"}
+        sent = services.message_send(self.session, slug, **fields)
+        body = {
+            "message": s.MessageSerializer(sent.message).data,
+            "latest_seq": sent.latest_seq,
+            "unseen_before_send": sent.unseen_before_send,
+            "mentions": sent.mentions,
+            "unresolved_mentions": sent.unresolved_mentions,
+            "mention_warnings": sent.mention_warnings,
+            "scrubbed": sent.scrubbed,
+            "replayed": sent.replayed,
+        }
+        return Response(body, status=status.HTTP_200_OK if sent.replayed else 201)
+
+    @extend_schema(
+        operation_id="read_messages",
+        summary="Read a room's events after a seq",
+        description=(
+            "Events with seq above after_seq (default: your read position), ascending. "
+            "Moves your read position to the highest seq returned unless mark_read=false."
+        ),
+        parameters=[
+            OpenApiParameter("after_seq", int, description="Default: your read position."),
+            OpenApiParameter("limit", int, description="1 to 500 (50)."),
+            OpenApiParameter("kinds", str, description="Comma-separated event kinds."),
+            OpenApiParameter("mark_read", bool, description="Default true."),
+        ],
+        responses={200: s.EventsReadOutput, **error_responses(RoomNotFound, NotAMember)},
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def get(self, request, slug: str):
+        query = s.EventsReadInput(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        read = services.events_read(self.session, slug, **query.validated_data)
+        return Response(
+            {
+                "events": s.EventSerializer(read.events, many=True).data,
+                "latest_seq": read.latest_seq,
+                "read_seq": read.read_seq,
+                "has_more": read.has_more,
+            }
+        )
+
+
+class ReadPositionApi(SessionApiView):
+    @extend_schema(
+        operation_id="mark_read",
+        summary="Set your read position (forward only)",
+        request=s.ReadInput,
+        responses={200: s.ReadOutput, **error_responses(RoomNotFound, NotAMember)},
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def post(self, request, slug: str):
+        data = s.ReadInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        room, member = services.read_position_set(
+            self.session, slug, seq=data.validated_data["seq"]
+        )
+        return Response({"read_seq": member.read_seq, "latest_seq": room.head_seq})
+
+
+class ReviewApi(SessionApiView):
+    @extend_schema(
+        operation_id="review_message",
+        summary="Review a message: approve, request_changes or comment",
+        request=s.ReviewInput,
+        responses={
+            201: s.ReviewOutput,
+            **error_responses(
+                BodyTooLarge, NotAMember, MemberMuted, RoomNotFound, MessageNotFound, RoomLocked
+            ),
+        },
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def post(self, request, slug: str, message_id: str):
+        data = s.ReviewInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        room, event = services.review_add(
+            self.session,
+            slug,
+            message_id,
+            verdict=data.validated_data["verdict"],
+            body=data.validated_data.get("body"),
+        )
+        body = {"event": s.EventSerializer(event).data, "latest_seq": room.head_seq}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class MentionListApi(SessionApiView):
+    @extend_schema(
+        operation_id="list_mentions",
+        summary="Messages that mention you, across rooms",
+        parameters=[
+            OpenApiParameter("after_id", str, description="Continue after this message id."),
+            OpenApiParameter("limit", int, description="1 to 200 (50)."),
+        ],
+        responses={200: s.MentionListOutput, **error_responses(MessageNotFound)},
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def get(self, request):
+        query = s.MentionsInput(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        messages, has_more = selectors.mentions_for_session(
+            self.session,
+            after_id=query.validated_data.get("after_id"),
+            limit=query.validated_data["limit"],
+        )
+        return Response(
+            {"mentions": s.MessageSerializer(messages, many=True).data, "has_more": has_more}
+        )

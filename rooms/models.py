@@ -1,0 +1,185 @@
+"""Rooms: shared, ordered streams of events with gap-free sequence numbers.
+
+Every event of a room (a message, a join, a leave, a review, a moderation)
+takes the room's next ``seq``. The head counter lives on the room row and
+advances in the same transaction that inserts the event, under the row's
+lock, so seqs are unique, strictly increasing and gap-free per room; a
+database constraint backs the uniqueness.
+"""
+
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from mailbox.models import SLUG_PATTERN, AgentName, Project
+from plumb_site.ids import new_public_id
+
+room_slug_validator = RegexValidator(
+    SLUG_PATTERN, "Use 1-64 lower-case letters, digits or '-', starting with a letter or digit."
+)
+
+
+def message_public_id() -> str:
+    return new_public_id("msg")
+
+
+class Room(models.Model):
+    slug = models.CharField(max_length=64, unique=True, validators=[room_slug_validator])
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="rooms")
+    title = models.CharField(max_length=200, blank=True)
+    topic = models.TextField(blank=True)
+    head_seq = models.BigIntegerField(default=0, editable=False)
+    locked_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        AgentName, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def locked(self) -> bool:
+        return self.locked_at is not None
+
+
+class Member(models.Model):
+    """A name's membership of a room; it survives reconnects and leaving."""
+
+    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="members")
+    name = models.ForeignKey(AgentName, on_delete=models.CASCADE, related_name="memberships")
+    display_name = models.CharField(max_length=64, blank=True)
+    read_seq = models.BigIntegerField(default=0)
+    joined_at = models.DateTimeField(default=timezone.now)
+    left_at = models.DateTimeField(null=True, blank=True)
+    muted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["joined_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["room", "name"], name="member_unique"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["name", "room"], condition=Q(left_at__isnull=True), name="member_current"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} in {self.room}"
+
+    @property
+    def is_current(self) -> bool:
+        return self.left_at is None
+
+    @property
+    def muted(self) -> bool:
+        return self.muted_at is not None
+
+
+class Event(models.Model):
+    class Kind(models.TextChoices):
+        MESSAGE = "message"
+        JOIN = "join"
+        LEAVE = "leave"
+        REVIEW = "review"
+        MODERATION = "moderation"
+
+    class Verdict(models.TextChoices):
+        APPROVE = "approve"
+        REQUEST_CHANGES = "request_changes"
+        COMMENT = "comment"
+
+    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="events")
+    seq = models.BigIntegerField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    # The agent behind the event; null for an operator's moderation.
+    actor = models.ForeignKey(
+        AgentName, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # Display name as it was when the event happened, so that reading history
+    # needs no join and shows what others saw at the time.
+    actor_display_name = models.CharField(max_length=64, blank=True)
+    # message: the message posted; review: the message reviewed;
+    # moderation: the message acted on, if any.
+    message = models.ForeignKey(
+        "Message", on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
+    verdict = models.CharField(max_length=16, choices=Verdict.choices, blank=True)
+    body = models.TextField(blank=True, help_text="Review text (secret-scrubbed).")
+    # Moderation details: {"action", "reason", "operator", "member"?}.
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["room_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["room", "seq"], name="event_unique_seq"),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="event_seq_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.room_id}#{self.seq} {self.kind}"
+
+
+class Message(models.Model):
+    public_id = models.CharField(
+        max_length=32, unique=True, default=message_public_id, editable=False
+    )
+    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="messages")
+    seq = models.BigIntegerField()
+    author = models.ForeignKey(AgentName, on_delete=models.CASCADE, related_name="messages")
+    author_display_name = models.CharField(max_length=64, blank=True)
+    body = models.TextField(help_text="Markdown, secret-scrubbed before it was stored.")
+    reply_to = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="replies"
+    )
+    # NULL, not "", for "no key": the unique constraint applies to keyed sends only.
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    # Resolved at send time against the members of that moment.
+    mentions = models.JSONField(default=list, blank=True)
+    # What the send reported (unseen count, unresolved mentions, warnings), so
+    # that an idempotent retry gets the same answer as the original.
+    send_report = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    hidden_at = models.DateTimeField(null=True, blank=True)
+    hidden_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["room_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["room", "seq"], name="message_unique_seq"),
+            models.UniqueConstraint(
+                fields=["room", "author", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="message_unique_idempotency_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def hidden(self) -> bool:
+        return self.hidden_at is not None
+
+
+class MessageMention(models.Model):
+    """One resolved mention, indexed for ``GET /api/v1/mentions/``."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="+")
+    name = models.ForeignKey(AgentName, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "name"], name="mention_unique"),
+        ]
+        indexes = [models.Index(fields=["name", "id"], name="mention_by_name")]
+
+    def __str__(self) -> str:
+        return f"@{self.name_id} in {self.message_id}"

@@ -1,0 +1,108 @@
+"""Reads of rooms that apply visibility and fetch related rows up front."""
+
+from __future__ import annotations
+
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
+
+from mailbox.models import Session
+from rooms.errors import MessageNotFound, NotAMember, RoomNotFound
+from rooms.models import Event, Member, Message, MessageMention, Room
+
+
+def with_event_relations(events: QuerySet[Event]) -> QuerySet[Event]:
+    """Events with everything their representation reads, in the same query."""
+    return events.select_related(
+        "actor", "room", "message__room", "message__author", "message__reply_to"
+    )
+
+
+def _annotate_for(rooms: QuerySet[Room], session: Session) -> QuerySet[Room]:
+    """Add the caller's read position and unseen count, in the same query."""
+    mine = Member.objects.filter(room=OuterRef("pk"), name_id=session.name_id, left_at__isnull=True)
+    unseen = (
+        Event.objects.filter(
+            room=OuterRef("pk"), kind=Event.Kind.MESSAGE, seq__gt=OuterRef("my_read_seq")
+        )
+        .exclude(actor_id=session.name_id)
+        .values("room")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return rooms.annotate(my_read_seq=Subquery(mine.values("read_seq")[:1])).annotate(
+        my_unseen=Coalesce(Subquery(unseen, output_field=IntegerField()), Value(0))
+    )
+
+
+def room_list_for_session(session: Session) -> list[Room]:
+    """Rooms of the caller's project and rooms it has joined, by slug."""
+    joined = Member.objects.filter(name_id=session.name_id, left_at__isnull=True).values("room")
+    rooms = Room.objects.filter(
+        Q(project_id=session.workspace.project_id) | Q(pk__in=joined)
+    ).select_related("project")
+    return list(_annotate_for(rooms, session).order_by("slug"))
+
+
+def room_get_for_session(session: Session, slug: str) -> Room:
+    """A room the caller may see: its project's, or one it is a member of.
+
+    Slugs are server-wide and not secret, so another project's room answers
+    ``not_a_member`` rather than pretending not to exist.
+    """
+    room = _annotate_for(Room.objects.select_related("project"), session).filter(slug=slug).first()
+    if room is None:
+        raise RoomNotFound(f"No room is named {slug!r}.")
+    if room.my_read_seq is None and room.project_id != session.workspace.project_id:
+        raise NotAMember()
+    return room
+
+
+def member_get_for_session(session: Session, slug: str) -> tuple[Room, Member]:
+    """The room and the caller's current membership; ``not_a_member`` otherwise."""
+    room = Room.objects.select_related("project").filter(slug=slug).first()
+    if room is None:
+        raise RoomNotFound(f"No room is named {slug!r}.")
+    member = Member.objects.filter(room=room, name_id=session.name_id, left_at__isnull=True).first()
+    if member is None:
+        raise NotAMember()
+    return room, member
+
+
+def member_list(room: Room) -> list[Member]:
+    return list(
+        Member.objects.filter(room=room, left_at__isnull=True)
+        .select_related("name")
+        .order_by("joined_at", "id")
+    )
+
+
+def events_page(
+    room: Room, *, after_seq: int, limit: int, kinds: list[str] | None
+) -> tuple[list[Event], bool]:
+    events = Event.objects.filter(room=room, seq__gt=after_seq)
+    if kinds:
+        events = events.filter(kind__in=kinds)
+    page = list(with_event_relations(events.order_by("seq"))[: limit + 1])
+    return page[:limit], len(page) > limit
+
+
+def mentions_for_session(
+    session: Session, *, after_id: str | None, limit: int
+) -> tuple[list[Message], bool]:
+    """Messages that mention the caller's name, oldest first, across rooms."""
+    mentions = MessageMention.objects.filter(name_id=session.name_id)
+    if after_id:
+        anchor = (
+            MessageMention.objects.filter(name_id=session.name_id, message__public_id=after_id)
+            .values_list("id", flat=True)
+            .first()
+        )
+        if anchor is None:
+            raise MessageNotFound("after_id names no message that mentions you.")
+        mentions = mentions.filter(id__gt=anchor)
+    page = list(
+        mentions.order_by("id").select_related(
+            "message__room", "message__author", "message__reply_to"
+        )[: limit + 1]
+    )
+    return [m.message for m in page[:limit]], len(page) > limit
