@@ -25,11 +25,11 @@ $(STAMP): requirements.txt
 	@touch $@
 
 serve: install
-	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py migrate --noinput --verbosity 0
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py plumb bootstrap
 	$(BIN)/gunicorn plumb_site.wsgi --bind $(HOST):$(PORT) --workers $(WEB_CONCURRENCY) \
-		--threads $(THREADS) --access-logfile - --graceful-timeout 5
+		--threads $(THREADS) --access-logfile - --graceful-timeout 5 --no-control-socket
 
 lint: install
 	$(BIN)/ruff check .
