@@ -212,7 +212,9 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         project = form.instance
         for optin in formset.deleted_objects:
             with contextlib.suppress(OptInNotFound):  # already gone is the goal
-                services.optin_revoke(project, source=optin.source)
+                services.optin_revoke(
+                    project, source=optin.source, actor=request.user.get_username()
+                )
         formset.new_objects = [
             services.optin_grant(
                 project,
@@ -255,7 +257,7 @@ class CrossProjectOptInAdmin(ServiceErrorsMixin, admin.ModelAdmin):
 
     def delete_model(self, request: HttpRequest, obj: CrossProjectOptIn) -> None:
         with contextlib.suppress(OptInNotFound):
-            services.optin_revoke(obj.project, source=obj.source)
+            services.optin_revoke(obj.project, source=obj.source, actor=request.user.get_username())
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[CrossProjectOptIn]) -> None:
         for optin in queryset.select_related("project", "source"):
@@ -387,7 +389,7 @@ class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ProjectKey]) -> None:
         revoked = 0
         for key in queryset.filter(revoked_at__isnull=True):
-            services.key_revoke(key)
+            services.key_revoke(key, actor=request.user.get_username())
             revoked += 1
         self.message_user(request, f"Revoked {revoked} key(s).", messages.SUCCESS)
 

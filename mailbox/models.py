@@ -334,3 +334,32 @@ class Note(models.Model):
     @property
     def to_display(self) -> str:
         return "next" if self.next_workspace_id else self.recipient.handle
+
+
+# --- operators' audit trail ----------------------------------------------------------
+
+
+class AuditRecord(models.Model):
+    """Who did what to which target, when and why: one row per operator action.
+
+    Written by the services themselves, so the admin, the ``plumb`` command
+    and any future front door are recorded alike. Never edited or deleted.
+    """
+
+    actor = models.CharField(max_length=150, help_text="admin:<user> or cli:<os user>.")
+    action = models.CharField(max_length=40, db_index=True)
+    project = models.ForeignKey(
+        Project, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # Slugs and ids are stored as text, so the record outlives what it names.
+    project_slug = models.CharField(max_length=64, blank=True, db_index=True)
+    room_slug = models.CharField(max_length=64, blank=True, db_index=True)
+    target = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.target}"

@@ -38,6 +38,7 @@ from mailbox.models import (
     Session,
     Workspace,
 )
+from mailbox.services.audit import audit_record
 from mailbox.services.notes import notes_unbind
 from plumb_site.errors import ValidationFailed
 
@@ -187,6 +188,13 @@ def key_create(project: Project, *, label: str = "", created_by: str = "") -> Is
                     label=label,
                     created_by=created_by,
                 )
+                audit_record(
+                    actor=created_by,
+                    action="key.create",
+                    project=project,
+                    target=key.display_prefix,
+                    reason=label,
+                )
         except IntegrityError:
             continue  # prefix collision (1 in ~10^12): draw again
         return IssuedKey(key=key, raw=new.raw)
@@ -212,13 +220,24 @@ def key_find(prefix_or_key: str) -> ProjectKey:
     return key
 
 
-def key_revoke(key: ProjectKey) -> ProjectKey:
-    """Revoke a key; sessions it already started live on (they have their own tokens)."""
-    if key.revoked_at is None:
-        ProjectKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(
+def key_revoke(key: ProjectKey, *, actor: str, reason: str = "") -> ProjectKey:
+    """Revoke a key; sessions it already started live on (they have their own tokens).
+
+    Revoking a revoked key changes nothing and records nothing.
+    """
+    with transaction.atomic():
+        revoked = ProjectKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )
-        key.refresh_from_db(fields=["revoked_at"])
+        if revoked:
+            audit_record(
+                actor=actor,
+                action="key.revoke",
+                project=key.project,
+                target=key.display_prefix,
+                reason=reason,
+            )
+    key.refresh_from_db(fields=["revoked_at"])
     return key
 
 
@@ -241,18 +260,38 @@ def optin_grant(
         )
     try:
         with transaction.atomic():
-            return CrossProjectOptIn.objects.create(
+            optin = CrossProjectOptIn.objects.create(
                 project=project, source=source, created_by=created_by, note=note
             )
+            audit_record(
+                actor=created_by,
+                action="optin.grant",
+                project=project,
+                target=f"{project.slug} accepts {source.slug}",
+                reason=note,
+            )
+            return optin
     except IntegrityError:
         raise AlreadyExists(f"{project.slug} already accepts {source.slug}.") from None
 
 
-def optin_revoke(project: Project, *, source: Project) -> None:
-    """``project`` stops accepting ``source``; raises ``optin_not_found``."""
-    deleted, _ = CrossProjectOptIn.objects.filter(project=project, source=source).delete()
-    if not deleted:
-        raise OptInNotFound(f"{project.slug} has no opt-in for {source.slug}.")
+def optin_revoke(project: Project, *, source: Project, actor: str, reason: str = "") -> None:
+    """``project`` stops accepting ``source``; raises ``optin_not_found``.
+
+    Threads already started keep working where their participants have
+    written (SPEC §3.2); new threads and joins are refused from now on.
+    """
+    with transaction.atomic():
+        deleted, _ = CrossProjectOptIn.objects.filter(project=project, source=source).delete()
+        if not deleted:
+            raise OptInNotFound(f"{project.slug} has no opt-in for {source.slug}.")
+        audit_record(
+            actor=actor,
+            action="optin.revoke",
+            project=project,
+            target=f"{project.slug} accepts {source.slug}",
+            reason=reason,
+        )
 
 
 # --- bootstrap ------------------------------------------------------------------------

@@ -431,7 +431,7 @@ def test_revoke_action_revokes_and_the_key_stops_starting_sessions(admin_client,
 
 def test_key_status_filter(admin_client, project):
     active = ProjectKeyFactory(project=project)
-    revoked = services.key_revoke(ProjectKeyFactory(project=project))
+    revoked = services.key_revoke(ProjectKeyFactory(project=project), actor="test")
     for value, expected in [("active", active), ("revoked", revoked)]:
         response = admin_client.get(url("projectkey", "changelist"), {"status": value})
         assert list(response.context["cl"].result_list) == [expected]

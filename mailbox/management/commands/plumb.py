@@ -337,7 +337,7 @@ class Command(BaseCommand):
     def do_key_revoke(self, options: dict[str, Any]) -> None:
         key: ProjectKey = services.key_find(options["key"])
         was_active = key.is_active
-        key = services.key_revoke(key)
+        key = services.key_revoke(key, actor=operator_name())
         if was_active:
             self.say(
                 f"Revoked project key {key.display_prefix} of project {key.project.slug}. "
@@ -362,7 +362,7 @@ class Command(BaseCommand):
     def do_optin_revoke(self, options: dict[str, Any]) -> None:
         project = services.project_get(options["project"])
         source = services.project_get(options["source"])
-        services.optin_revoke(project, source=source)
+        services.optin_revoke(project, source=source, actor=operator_name())
         self.say(f"Project {project.slug} no longer has an opt-in for {source.slug}.")
         if project.accept_all_projects:
             # Surprising otherwise: the revoke succeeded but traffic still flows.
