@@ -56,7 +56,13 @@ def _check_display_name(display_name: object) -> str:
 
 def _lock_room(slug: str) -> Room:
     """The room row, locked until the transaction ends; ``room_not_found``."""
-    room = Room.objects.select_for_update().select_related("project").filter(slug=slug).first()
+    # of=("self",): lock the room row only, not the joined project row.
+    room = (
+        Room.objects.select_for_update(of=("self",))
+        .select_related("project")
+        .filter(slug=slug)
+        .first()
+    )
     if room is None:
         raise RoomNotFound(f"No room is named {slug!r}.")
     return room
