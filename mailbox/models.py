@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from plumb_site.ids import new_public_id
 
-SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}$"
-HANDLE_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+# \Z, not $: "$" also matches before a trailing newline, letting "dev\n" through.
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}\Z"
+HANDLE_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}\Z"
 
 slug_validator = RegexValidator(
     SLUG_PATTERN, "Use 1-64 lower-case letters, digits or '-', starting with a letter or digit."

@@ -108,7 +108,8 @@ class RoomLeaveApi(SessionApiView):
     )
     def post(self, request, slug: str):
         room, event = services.room_leave(self.session, slug)
-        room = selectors.room_get_for_session(self.session, slug)
+        # Not re-read through the visibility rule: a room of another project
+        # is no longer visible once left, but the reply still describes it.
         return Response(_room_event(room, event))
 
 

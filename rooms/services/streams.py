@@ -54,7 +54,7 @@ def _check_display_name(display_name: object) -> str:
     return display_name
 
 
-def _lock_room(slug: str) -> Room:
+def lock_room(slug: str) -> Room:
     """The room row, locked until the transaction ends; ``room_not_found``."""
     # of=("self",): lock the room row only, not the joined project row.
     room = (
@@ -75,7 +75,7 @@ def _current_member(room: Room, name_id: int) -> Member:
     return member
 
 
-def _append_event(room: Room, **fields: Any) -> Event:
+def append_event(room: Room, **fields: Any) -> Event:
     """Insert the room's next event. The caller holds the room row lock."""
     room.head_seq += 1
     Room.objects.filter(pk=room.pk).update(head_seq=F("head_seq") + 1)
@@ -118,7 +118,7 @@ def room_create(
 
 
 def _join(room: Room, name: AgentName, *, display_name: str, now) -> Event:
-    event = _append_event(
+    event = append_event(
         room, kind=Event.Kind.JOIN, actor=name, actor_display_name=display_name, created_at=now
     )
     # A new member has seen the room up to its own join: earlier history stays
@@ -153,7 +153,7 @@ def room_join(session: Session, slug: str, *, display_name: str | None = None) -
     if display_name is not None:
         display_name = _check_display_name(display_name)
     with transaction.atomic():
-        room = _lock_room(slug)
+        room = lock_room(slug)
         member = Member.objects.filter(room=room, name=session.name).first()
         if member is not None and member.is_current:
             return Joined(room=room, member=member, event=None)
@@ -173,10 +173,10 @@ def room_join(session: Session, slug: str, *, display_name: str | None = None) -
 def room_leave(session: Session, slug: str) -> tuple[Room, Event]:
     """Leave a room (a ``leave`` event). Raises ``room_not_found``, ``not_a_member``."""
     with transaction.atomic():
-        room = _lock_room(slug)
+        room = lock_room(slug)
         member = _current_member(room, session.name_id)
         now = timezone.now()
-        event = _append_event(
+        event = append_event(
             room,
             kind=Event.Kind.LEAVE,
             actor=session.name,
@@ -262,7 +262,7 @@ def _send_locked(
     require_read: bool,
 ) -> MessageSent:
     with transaction.atomic():
-        room = _lock_room(slug)
+        room = lock_room(slug)
         # Step 2 first: a retry of a send that succeeded replays even if the
         # room moved on, was locked, or the author has since left.
         if idempotency_key is not None:
@@ -305,7 +305,7 @@ def _send_locked(
             mentions=resolved["mentions"],
             created_at=now,
         )
-        _append_event(
+        append_event(
             room,
             kind=Event.Kind.MESSAGE,
             actor=session.name,
@@ -411,7 +411,7 @@ def review_add(
         )
     text = body_prepare(body).text if body not in (None, "") else ""
     with transaction.atomic():
-        room = _lock_room(slug)
+        room = lock_room(slug)
         member = _current_member(room, session.name_id)
         if member.muted:
             raise MemberMuted()
@@ -420,7 +420,7 @@ def review_add(
         message = Message.objects.filter(room=room, public_id=message_id).first()
         if message is None:
             raise MessageNotFound()
-        event = _append_event(
+        event = append_event(
             room,
             kind=Event.Kind.REVIEW,
             actor=session.name,

@@ -1,0 +1,170 @@
+"""Moderation of rooms: hide messages, mute and remove members, lock rooms.
+
+Each action is a ``moderation`` event in the room's stream (agents see that
+something happened, and why) and an audit record naming the operator (only
+operators see who). Repeating an action that is already in effect changes
+nothing and records nothing.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from mailbox.services.audit import audit_record
+from plumb_site.errors import ValidationFailed
+from rooms.models import Event, Member, Message, Room
+from rooms.services.streams import append_event, lock_room
+
+
+def _check_reason(reason: str, *, required: bool) -> str:
+    reason = (reason or "").strip()
+    if required and not reason:
+        raise ValidationFailed(
+            "A reason is required for this moderation action.",
+            details={"reason": ["Say why; the room and the audit trail show it."]},
+        )
+    if len(reason) > 1000:
+        raise ValidationFailed("reason is at most 1000 characters.", details={"reason": ["Long."]})
+    return reason
+
+
+def _moderate(
+    room: Room,
+    *,
+    action: str,
+    actor: str,
+    reason: str,
+    target: str,
+    message: Message | None = None,
+    member: str | None = None,
+) -> Event:
+    """Append the moderation event and its audit record; caller holds the room lock."""
+    data = {"action": action, "reason": reason}
+    if member is not None:
+        data["member"] = member
+    event = append_event(room, kind=Event.Kind.MODERATION, message=message, data=data)
+    audit_record(
+        actor=actor,
+        action=f"room.{action}",
+        project=room.project,
+        room_slug=room.slug,
+        target=target,
+        reason=reason,
+    )
+    return event
+
+
+def message_hide(message: Message, *, actor: str, reason: str) -> Event | None:
+    """Hide a message from agents (its body is never served again); reason required."""
+    reason = _check_reason(reason, required=True)
+    with transaction.atomic():
+        room = lock_room(message.room.slug)
+        if not Message.objects.filter(pk=message.pk, hidden_at__isnull=True).update(
+            hidden_at=timezone.now(), hidden_reason=reason
+        ):
+            return None
+        return _moderate(
+            room,
+            action="hide",
+            actor=actor,
+            reason=reason,
+            target=f"message {message.public_id} (seq {message.seq})",
+            message=message,
+        )
+
+
+def message_unhide(message: Message, *, actor: str, reason: str = "") -> Event | None:
+    reason = _check_reason(reason, required=False)
+    with transaction.atomic():
+        room = lock_room(message.room.slug)
+        if not Message.objects.filter(pk=message.pk, hidden_at__isnull=False).update(
+            hidden_at=None, hidden_reason=""
+        ):
+            return None
+        return _moderate(
+            room,
+            action="unhide",
+            actor=actor,
+            reason=reason,
+            target=f"message {message.public_id} (seq {message.seq})",
+            message=message,
+        )
+
+
+def member_mute(member: Member, *, actor: str, reason: str) -> Event | None:
+    """Stop a member from sending and reviewing (``403 member_muted``); reason required."""
+    reason = _check_reason(reason, required=True)
+    return _member_change(
+        member,
+        action="mute",
+        actor=actor,
+        reason=reason,
+        update={"muted_at": timezone.now()},
+        when={"muted_at__isnull": True},
+    )
+
+
+def member_unmute(member: Member, *, actor: str, reason: str = "") -> Event | None:
+    reason = _check_reason(reason, required=False)
+    return _member_change(
+        member,
+        action="unmute",
+        actor=actor,
+        reason=reason,
+        update={"muted_at": None},
+        when={"muted_at__isnull": False},
+    )
+
+
+def member_remove(member: Member, *, actor: str, reason: str) -> Event | None:
+    """Take a member out of the room; it may join again unless the room is locked."""
+    reason = _check_reason(reason, required=True)
+    return _member_change(
+        member,
+        action="remove",
+        actor=actor,
+        reason=reason,
+        update={"left_at": timezone.now()},
+        when={"left_at__isnull": True},
+    )
+
+
+def _member_change(
+    member: Member, *, action: str, actor: str, reason: str, update: dict, when: dict
+) -> Event | None:
+    with transaction.atomic():
+        room = lock_room(member.room.slug)
+        # Conditional UPDATE: the action applies only if its state is not in effect.
+        if not Member.objects.filter(pk=member.pk, **when).update(**update):
+            return None
+        handle = member.name.handle
+        return _moderate(
+            room,
+            action=action,
+            actor=actor,
+            reason=reason,
+            target=f"member {handle}",
+            member=handle,
+        )
+
+
+def room_lock(room: Room, *, actor: str, reason: str) -> Event | None:
+    """Lock a room: sends and reviews get ``423 room_locked``; reading goes on."""
+    reason = _check_reason(reason, required=True)
+    with transaction.atomic():
+        locked = lock_room(room.slug)
+        if locked.locked_at is not None:
+            return None
+        Room.objects.filter(pk=locked.pk).update(locked_at=timezone.now())
+        return _moderate(locked, action="lock", actor=actor, reason=reason, target="room")
+
+
+def room_unlock(room: Room, *, actor: str, reason: str = "") -> Event | None:
+    reason = _check_reason(reason, required=False)
+    with transaction.atomic():
+        locked = lock_room(room.slug)
+        if locked.locked_at is None:
+            return None
+        Room.objects.filter(pk=locked.pk).update(locked_at=None)
+        return _moderate(locked, action="unlock", actor=actor, reason=reason, target="room")
