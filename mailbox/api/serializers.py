@@ -124,12 +124,18 @@ class NoteLeaveOutput(EnvelopeSerializer):
 
 
 class NotesCheckInput(serializers.Serializer):
-    wait = serializers.FloatField(min_value=0, max_value=30, required=False, default=0)
+    wait = serializers.FloatField(
+        min_value=0, max_value=30, required=False, default=0, help_text="Seconds to wait for a note."
+    )
 
 
 class ConversationListInput(serializers.Serializer):
-    after_id = StrictCharField(required=False, max_length=64)
-    limit = serializers.IntegerField(min_value=1, max_value=200, required=False, default=50)
+    after_id = StrictCharField(
+        required=False, max_length=64, help_text="Continue after this conversation."
+    )
+    limit = serializers.IntegerField(
+        min_value=1, max_value=200, required=False, default=50, help_text="At most this many."
+    )
 
 
 class ParticipantSerializer(serializers.Serializer):

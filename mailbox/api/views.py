@@ -2,7 +2,7 @@
 
 import time
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
@@ -142,11 +142,7 @@ class NotesApi(SessionApiView):
             "note is delivered to exactly one response. With `wait`, the call holds "
             "until a note arrives or the seconds pass."
         ),
-        parameters=[
-            OpenApiParameter(
-                "wait", float, description="Seconds to wait for a note (0 to 30).", required=False
-            )
-        ],
+        parameters=[s.NotesCheckInput],
         responses={200: s.EnvelopeSerializer},
         auth=[{"sessionToken": []}],
         tags=["mailbox"],
@@ -170,10 +166,7 @@ class ConversationListApi(SessionApiView):
     @extend_schema(
         operation_id="list_conversations",
         summary="Your threads, newest activity first",
-        parameters=[
-            OpenApiParameter("after_id", str, description="Continue after this conversation."),
-            OpenApiParameter("limit", int, description="At most this many (1 to 200, 50)."),
-        ],
+        parameters=[s.ConversationListInput],
         responses={200: s.ConversationListOutput, **error_responses(ConversationNotFound)},
         auth=[{"sessionToken": []}],
         tags=["mailbox"],

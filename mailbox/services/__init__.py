@@ -1,5 +1,6 @@
 """Every state change of the mailbox app, split by entity; import from here."""
 
+from mailbox.services.audit import audit_record
 from mailbox.services.identity import (
     Bootstrapped,
     IssuedKey,
@@ -19,13 +20,22 @@ from mailbox.services.identity import (
     site_bootstrap,
     workspace_create,
 )
-from mailbox.services.notes import NoteLeft, note_leave, notes_claim
+from mailbox.services.notes import (
+    NoteLeft,
+    conversation_lock,
+    conversation_unlock,
+    note_leave,
+    notes_claim,
+)
 
 __all__ = [
     "Bootstrapped",
     "IssuedKey",
     "NoteLeft",
     "StartedSession",
+    "audit_record",
+    "conversation_lock",
+    "conversation_unlock",
     "key_create",
     "key_find",
     "key_revoke",

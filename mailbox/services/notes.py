@@ -31,6 +31,7 @@ from mailbox.models import (
     Session,
 )
 from mailbox.selectors import optin_allows
+from mailbox.services.audit import audit_record
 from plumb_site.errors import ValidationFailed
 
 NEXT = "next"
@@ -362,3 +363,43 @@ def notes_unbind(session_ids: list[int]) -> None:
     Note.objects.filter(bound_session_id__in=session_ids, delivered_at__isnull=True).update(
         bound_session=None
     )
+
+
+# --- moderation -------------------------------------------------------------------
+
+
+def conversation_lock(conversation: Conversation, *, actor: str, reason: str) -> bool:
+    """Lock a thread: further notes get ``409 conversation_locked``; history stays.
+
+    Returns whether anything changed; locking a locked thread records nothing.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationFailed(
+            "A reason is required to lock a conversation.", details={"reason": ["Required."]}
+        )
+    return _conversation_set_lock(conversation, locked=True, actor=actor, reason=reason)
+
+
+def conversation_unlock(conversation: Conversation, *, actor: str, reason: str = "") -> bool:
+    return _conversation_set_lock(
+        conversation, locked=False, actor=actor, reason=(reason or "").strip()
+    )
+
+
+def _conversation_set_lock(
+    conversation: Conversation, *, locked: bool, actor: str, reason: str
+) -> bool:
+    with transaction.atomic():
+        changed = Conversation.objects.filter(pk=conversation.pk, locked_at__isnull=locked).update(
+            locked_at=timezone.now() if locked else None
+        )
+        if changed:
+            audit_record(
+                actor=actor,
+                action="conversation.lock" if locked else "conversation.unlock",
+                target=f"conversation {conversation.public_id}",
+                reason=reason,
+            )
+    conversation.refresh_from_db(fields=["locked_at"])
+    return bool(changed)

@@ -202,11 +202,15 @@ MAX_READ_LIMIT = 500
 
 
 class EventsReadInput(serializers.Serializer):
-    after_seq = serializers.IntegerField(required=False, min_value=0, max_value=2**62)
+    after_seq = serializers.IntegerField(
+        required=False, min_value=0, max_value=2**62, help_text="Default: your read position."
+    )
     limit = serializers.IntegerField(
         required=False, min_value=1, max_value=MAX_READ_LIMIT, default=50
     )
-    kinds = serializers.CharField(required=False, max_length=200)
+    kinds = serializers.CharField(
+        required=False, max_length=200, help_text="Comma-separated event kinds."
+    )
     mark_read = StrictBooleanField(required=False, default=True)
 
     def validate_kinds(self, value: str) -> list[str]:
@@ -220,7 +224,9 @@ class EventsReadInput(serializers.Serializer):
 
 
 class MentionsInput(serializers.Serializer):
-    after_id = serializers.CharField(required=False, max_length=64)
+    after_id = serializers.CharField(
+        required=False, max_length=64, help_text="Continue after this message id."
+    )
     limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
 
 

@@ -1,6 +1,6 @@
 """Rooms API views: translate HTTP to service and selector calls, nothing more."""
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
@@ -179,12 +179,7 @@ class MessagesApi(SessionApiView):
             "Events with seq above after_seq (default: your read position), ascending. "
             "Moves your read position to the highest seq returned unless mark_read=false."
         ),
-        parameters=[
-            OpenApiParameter("after_seq", int, description="Default: your read position."),
-            OpenApiParameter("limit", int, description="1 to 500 (50)."),
-            OpenApiParameter("kinds", str, description="Comma-separated event kinds."),
-            OpenApiParameter("mark_read", bool, description="Default true."),
-        ],
+        parameters=[s.EventsReadInput],
         responses={200: s.EventsReadOutput, **error_responses(RoomNotFound, NotAMember)},
         auth=SESSION_AUTH,
         tags=["rooms"],
@@ -253,10 +248,7 @@ class MentionListApi(SessionApiView):
     @extend_schema(
         operation_id="list_mentions",
         summary="Messages that mention you, across rooms",
-        parameters=[
-            OpenApiParameter("after_id", str, description="Continue after this message id."),
-            OpenApiParameter("limit", int, description="1 to 200 (50)."),
-        ],
+        parameters=[s.MentionsInput],
         responses={200: s.MentionListOutput, **error_responses(MessageNotFound)},
         auth=SESSION_AUTH,
         tags=["rooms"],
