@@ -244,7 +244,11 @@ def message_send(
             raise
         with transaction.atomic():
             room = Room.objects.filter(slug=slug).first()
-            sent = _replay(room, session.name_id, idempotency_key, prepared.text) if room else None
+            sent = (
+                _replay(room, session.name_id, idempotency_key, prepared.text, reply_to)
+                if room
+                else None
+            )
         if sent is None:
             raise
     sent.scrubbed = prepared.scrubbed
@@ -266,7 +270,7 @@ def _send_locked(
         # Step 2 first: a retry of a send that succeeded replays even if the
         # room moved on, was locked, or the author has since left.
         if idempotency_key is not None:
-            replay = _replay(room, session.name_id, idempotency_key, text)
+            replay = _replay(room, session.name_id, idempotency_key, text, reply_to)
             if replay is not None:
                 return replay
         member = _current_member(room, session.name_id)
@@ -340,7 +344,9 @@ def _send_locked(
     )
 
 
-def _replay(room: Room, name_id: int, key: str, text: str) -> MessageSent | None:
+def _replay(
+    room: Room, name_id: int, key: str, text: str, reply_to: str | None
+) -> MessageSent | None:
     original = (
         Message.objects.select_related("author", "reply_to", "room")
         .filter(room=room, author_id=name_id, idempotency_key=key)
@@ -348,7 +354,9 @@ def _replay(room: Room, name_id: int, key: str, text: str) -> MessageSent | None
     )
     if original is None:
         return None
-    if original.body != text:
+    # A retry repeats its request: the same (scrubbed) body and the same parent.
+    original_parent = original.reply_to.public_id if original.reply_to_id else None
+    if original.body != text or original_parent != reply_to:
         raise IdempotencyKeyReused(
             "This idempotency key was already used for a different message in this room.",
             details={"message_id": original.public_id},
