@@ -1,3 +1,6 @@
+import json
+import re
+
 import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
@@ -48,6 +51,22 @@ def agent_session(workspace):
 
 
 @pytest.fixture
+def alice(agent_session):
+    """The ``alice`` session of ``agent_session``, for tests that speak of several agents."""
+    return agent_session
+
+
+@pytest.fixture
+def bob(workspace):
+    return SessionFactory(workspace=workspace, name="bob")
+
+
+@pytest.fixture
+def carol(workspace):
+    return SessionFactory(workspace=workspace, name="carol")
+
+
+@pytest.fixture
 def session_client(agent_session) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {agent_session.raw_token}")
@@ -58,3 +77,27 @@ def client_for(session) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {session.raw_token}")
     return client
+
+
+SNAKE_CASE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def assert_error(response, status: int, code: str | None = None) -> dict:
+    """Check the one error shape of SPEC §2, as JSON, and return its ``error`` object."""
+    content = response.content
+    assert response.status_code == status, content[:500]
+    media_type = response.get("Content-Type", "").split(";")[0].strip()
+    assert media_type == "application/json", (response.get("Content-Type"), content[:200])
+    assert b"<html" not in content.lower()
+    body = json.loads(content)
+    # schema_stale is the one addition SPEC §2 allows next to the error.
+    assert set(body) <= {"error", "schema_stale"}, body
+    error = body["error"]
+    assert set(error) == {"code", "message", "details"}, error
+    assert SNAKE_CASE.match(error["code"]), error["code"]
+    if code is not None:
+        assert error["code"] == code, error
+    assert isinstance(error["message"], str)
+    assert error["message"].strip()
+    assert isinstance(error["details"], dict)
+    return error

@@ -131,21 +131,6 @@ def participant_names(conversation_id: str) -> set[str]:
 
 
 @pytest.fixture
-def alice(workspace):
-    return SessionFactory(workspace=workspace, name="alice")
-
-
-@pytest.fixture
-def bob(workspace):
-    return SessionFactory(workspace=workspace, name="bob")
-
-
-@pytest.fixture
-def carol(workspace):
-    return SessionFactory(workspace=workspace, name="carol")
-
-
-@pytest.fixture
 def beta():
     return ProjectFactory(slug="beta")
 

@@ -18,6 +18,7 @@ from django.test import Client
 from mailbox import services
 from mailbox.models import AgentName, Session
 from plumb_site.settings import env_rate
+from tests.conftest import assert_error
 
 pytestmark = pytest.mark.django_db
 
@@ -47,32 +48,6 @@ def _fresh_throttle_counters():
     cache.clear()
     yield
     cache.clear()
-
-
-def assert_error(response, status: int, code: str) -> dict:
-    """Check the one error shape, as JSON, and return its ``error`` object."""
-    content = response.content
-    assert response.status_code == status, content[:500]
-    media_type = response.get("Content-Type", "").split(";")[0].strip()
-    assert media_type == "application/json", (response.get("Content-Type"), content[:200])
-    assert b"<html" not in content.lower()
-    assert b"<!doctype" not in content.lower()
-    body = json.loads(content)
-    assert isinstance(body, dict)
-    # schema_stale is the one addition SPEC §2 allows: it rides on any response
-    # to a call that sent an out-of-date tool_schema_fingerprint.
-    assert "error" in body, body
-    assert set(body) <= {"error", "schema_stale"}, body
-    error = body["error"]
-    assert isinstance(error, dict)
-    assert set(error) == {"code", "message", "details"}, error
-    assert isinstance(error["code"], str)
-    assert SNAKE_CASE.match(error["code"]), error["code"]
-    assert error["code"] == code, error
-    assert isinstance(error["message"], str)
-    assert error["message"].strip()
-    assert isinstance(error["details"], dict)
-    return error
 
 
 def stored() -> tuple[int, int]:

@@ -10,7 +10,7 @@ from django.test import Client
 
 from mailbox.models import Note, Session
 from rooms.models import Event
-from tests.conftest import client_for
+from tests.conftest import assert_error, client_for
 from tests.factories import SessionFactory
 
 pytestmark = pytest.mark.django_db
@@ -69,21 +69,6 @@ def _auth_for(path: str, project_key, agent_session) -> str:
     if path.rstrip("/") == "/api/v1/sessions":
         return f"Bearer {project_key.raw_key}"
     return f"Bearer {agent_session.raw_token}"
-
-
-def assert_error(response, status: int, code: str | None = None) -> dict:
-    assert response.status_code == status, response.content[:300]
-    assert response["Content-Type"].startswith("application/json")
-    body = json.loads(response.content)
-    assert set(body) <= {"error", "schema_stale"}
-    error = body["error"]
-    assert ERROR_CODE.match(error["code"])
-    assert isinstance(error["message"], str)
-    assert error["message"]
-    assert isinstance(error["details"], dict)
-    if code is not None:
-        assert error["code"] == code
-    return error
 
 
 def _stored() -> tuple[int, int, int]:

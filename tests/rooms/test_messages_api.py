@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from rooms import services
 from rooms.models import Event, Member, Message, MessageMention, Room
-from tests.conftest import client_for
+from tests.conftest import assert_error, client_for
 from tests.factories import SessionFactory
 
 pytestmark = pytest.mark.django_db
@@ -62,21 +62,6 @@ READ_FIELDS = {"events", "latest_seq", "read_seq", "has_more", "notes"}
 def _no_rate_limits(settings):
     # Some tests make more calls per second than the default session rate allows.
     settings.PLUMB_RATE_SESSION = None
-
-
-@pytest.fixture
-def alice(workspace):
-    return SessionFactory(workspace=workspace, name="alice")
-
-
-@pytest.fixture
-def bob(workspace):
-    return SessionFactory(workspace=workspace, name="bob")
-
-
-@pytest.fixture
-def carol(workspace):
-    return SessionFactory(workspace=workspace, name="carol")
 
 
 @pytest.fixture
@@ -152,18 +137,6 @@ def stored_state() -> tuple:
         list(Message.objects.order_by("pk").values_list("public_id", "body", "idempotency_key")),
         MessageMention.objects.count(),
     )
-
-
-def assert_error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.content
-    body = response.json()
-    assert set(body) <= {"error", "schema_stale"}
-    error = body["error"]
-    assert error["code"] == code
-    assert isinstance(error["message"], str)
-    assert error["message"]
-    assert isinstance(error["details"], dict)
-    return error
 
 
 def assert_key_unused(session, key: str, slug="general") -> None:

@@ -15,11 +15,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def bob(workspace):
-    return SessionFactory(workspace=workspace, name="bob")
-
-
-@pytest.fixture
 def room(agent_session, session_client, bob):
     session_client.post("/api/v1/rooms/", {"slug": "ops"}, format="json")
     client_for(bob).post("/api/v1/rooms/ops/join", {}, format="json")

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from rooms import services
 from rooms.models import Event, Member, Message, Room
-from tests.conftest import client_for
+from tests.conftest import assert_error, client_for
 from tests.factories import OptInFactory, ProjectFactory, SessionFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db
@@ -40,21 +40,6 @@ MEMBER_FIELDS = {"handle", "display_name", "display_name_visible", "joined_at", 
 def _no_rate_limits(settings):
     # Some tests make more calls per second than the default session rate allows.
     settings.PLUMB_RATE_SESSION = None
-
-
-@pytest.fixture
-def alice(workspace):
-    return SessionFactory(workspace=workspace, name="alice")
-
-
-@pytest.fixture
-def bob(workspace):
-    return SessionFactory(workspace=workspace, name="bob")
-
-
-@pytest.fixture
-def carol(workspace):
-    return SessionFactory(workspace=workspace, name="carol")
 
 
 @pytest.fixture
@@ -117,16 +102,6 @@ def stored_state() -> tuple:
         Event.objects.count(),
         Message.objects.count(),
     )
-
-
-def assert_error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.content
-    error = response.json()["error"]
-    assert error["code"] == code
-    assert isinstance(error["message"], str)
-    assert error["message"]
-    assert isinstance(error["details"], dict)
-    return error
 
 
 def is_iso_utc(value: str) -> bool:
