@@ -33,13 +33,17 @@ _fingerprint: str | None = None
 
 
 def schema_fingerprint() -> str:
-    """A short hash of the published API schema, computed once per process."""
+    """A short hash of the published API schema and MCP tool list, computed once per process."""
     global _fingerprint
     if _fingerprint is None:
         with _fingerprint_lock:
             if _fingerprint is None:
+                # Imported here: the tool list reads the apps' serializers and models.
+                from plumb_site.mcp.schemas import TOOLS
+
                 schema = SchemaGenerator().get_schema(request=None, public=True)
-                canonical = json.dumps(schema, sort_keys=True, default=str)
+                published = {"openapi": schema, "mcp_tools": TOOLS}
+                canonical = json.dumps(published, sort_keys=True, default=str)
                 _fingerprint = hashlib.sha256(canonical.encode()).hexdigest()[:16]
     return _fingerprint
 

@@ -1,0 +1,202 @@
+"""Who an MCP request acts as (SPEC §6).
+
+Three ways, checked in this order:
+
+* ``Authorization: Bearer <session token>``: that session.
+* ``Authorization: Bearer <project key>`` with ``Plumb-Workspace`` and
+  ``Plumb-Name``: the connected session of that name, started implicitly
+  when there is none. An MCP client configured with one URL and three
+  headers so acts as one stable name across restarts.
+* A project key without ``Plumb-Name``: a handshake-era ``initialize`` starts
+  a session under a generated name and returns its token as the
+  ``Mcp-Session-Id``; later requests of that MCP session carry it back.
+
+Credentials are checked by the REST API's own authentication classes, so a
+refusal names the same reason (``invalid_token``, ``key_revoked``,
+``session_expired``...).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from django.http import HttpRequest
+from rest_framework import exceptions
+from rest_framework.throttling import SimpleRateThrottle
+
+from mailbox import credentials
+from mailbox.errors import NameInUse
+from mailbox.models import ProjectKey, Session
+from mailbox.services import StartedSession, session_start, session_touch
+from plumb_site.auth import (
+    ProjectKeyAuthentication,
+    SessionTokenAuthentication,
+    bearer_credential,
+)
+from plumb_site.errors import PlumbError, ValidationFailed
+from plumb_site.mcp.schemas import HANDLE, SLUG
+from plumb_site.throttles import ProjectKeyRateThrottle, SessionRateThrottle
+
+WORKSPACE_HEADER = "Plumb-Workspace"
+NAME_HEADER = "Plumb-Name"
+SESSION_ID_HEADER = "Mcp-Session-Id"
+
+
+class SessionIdUnknown(PlumbError):
+    """An ``Mcp-Session-Id`` that names no live session: answered with HTTP 404,
+    which tells a handshake-era client to initialize again."""
+
+    status = 404
+
+    def __init__(self, reason: exceptions.APIException):
+        super().__init__(str(reason.detail))
+        self.code = getattr(reason.detail, "code", None) or "invalid_token"
+
+
+@dataclass
+class Caller:
+    """The checked credential of one request, and the names it asks to act as."""
+
+    key: ProjectKey | None = None
+    session: Session | None = None  # known from a token, without starting anything
+    workspace: str | None = None  # Plumb-Workspace
+    name: str | None = None  # Plumb-Name
+
+
+def _header(request: HttpRequest, name: str) -> str | None:
+    value = request.headers.get(name)
+    return value.strip() if value and value.strip() else None
+
+
+def authenticate(request: HttpRequest, *, use_session_id: bool) -> Caller:
+    """Check the request's credential; raises DRF authentication errors (401).
+
+    ``use_session_id``: whether an ``Mcp-Session-Id`` counts (handshake-era
+    requests after ``initialize``; never on ``initialize`` itself nor in the
+    stateless era, which has no MCP sessions).
+    """
+    parsed = bearer_credential(request)
+    if parsed is None:
+        raise exceptions.NotAuthenticated()
+    if parsed.kind == credentials.SESSION_TOKEN:
+        session, _ = SessionTokenAuthentication().authenticate(request)
+        return Caller(session=session)
+    key, _ = ProjectKeyAuthentication().authenticate(request)
+    caller = Caller(
+        key=key,
+        workspace=_header(request, WORKSPACE_HEADER),
+        name=_header(request, NAME_HEADER),
+    )
+    session_id = _header(request, SESSION_ID_HEADER)
+    if use_session_id and caller.name is None and session_id is not None:
+        caller.session = _session_from_id(session_id, key)
+    return caller
+
+
+def _session_from_id(session_id: str, key: ProjectKey) -> Session:
+    # The MCP session id is the session's own token (issued by initialize), so
+    # the server keeps no table of MCP sessions and any process can answer.
+    shim = SimpleNamespace(META={"HTTP_AUTHORIZATION": f"Bearer {session_id}"})
+    try:
+        parsed = bearer_credential(shim)
+        if parsed is None or parsed.kind != credentials.SESSION_TOKEN:
+            raise exceptions.AuthenticationFailed("Unknown session id.", code="invalid_token")
+        session, _ = SessionTokenAuthentication().authenticate(shim)
+    except exceptions.AuthenticationFailed as refusal:
+        raise SessionIdUnknown(refusal) from None
+    if session.workspace.project_id != key.project_id:
+        raise SessionIdUnknown(
+            exceptions.AuthenticationFailed("Unknown session id.", code="invalid_token")
+        )
+    return session
+
+
+def check_session_rate(session: Session) -> None:
+    """The REST per-session rate limit, for a tool call acting as ``session``."""
+    _throttle(SessionRateThrottle(), session)
+
+
+def _throttle(throttle: SimpleRateThrottle, credential: Session | ProjectKey) -> None:
+    if not throttle.allow_request(SimpleNamespace(auth=credential), None):
+        raise exceptions.Throttled(wait=throttle.wait())
+
+
+def acting_session(caller: Caller) -> tuple[Session, StartedSession | None]:
+    """The session a tool call acts as, and the start record if it began just now.
+
+    Raises ``validation_error`` when a project key names no session, and the
+    errors of ``session_start`` (``workspace_not_found``, ``name_taken``...).
+    """
+    if caller.session is not None:
+        return caller.session, None
+    if caller.name is None:
+        raise ValidationFailed(
+            f"With a project key, send {NAME_HEADER} (and {WORKSPACE_HEADER}) to name the "
+            "session to act as, or use a session token.",
+            details={NAME_HEADER: ["Required with a project key."]},
+        )
+    return session_for_name(caller.key, workspace=caller.workspace, name=caller.name)
+
+
+def session_for_name(
+    key: ProjectKey, *, workspace: str | None, name: str
+) -> tuple[Session, StartedSession | None]:
+    """The connected session of ``name`` in ``workspace``, started when there is none.
+
+    A start delivers nothing by itself: the pending notes ride on the result
+    of the call that needed the session, as they do on REST's session start.
+    """
+    workspace = _checked(workspace, WORKSPACE_HEADER, SLUG)
+    name = _checked(name, NAME_HEADER, HANDLE)
+    session = _connected_session(key, workspace, name)
+    if session is not None:
+        session_touch(session)
+        return session, None
+    _throttle(ProjectKeyRateThrottle(), key)
+    try:
+        started = session_start(key, workspace_slug=workspace, name=name)
+    except NameInUse:
+        # Another request for the same name (a parallel tool call of this very
+        # client, or another server process) started it between our look-up
+        # and our start: act as that session.
+        session = _connected_session(key, workspace, name)
+        if session is None:
+            raise
+        session_touch(session)
+        return session, None
+    return started.session, started
+
+
+def start_generated(caller: Caller) -> StartedSession:
+    """A session under a generated name, for a handshake-era initialize without a name."""
+    workspace = _checked(caller.workspace, WORKSPACE_HEADER, SLUG)
+    _throttle(ProjectKeyRateThrottle(), caller.key)
+    return session_start(caller.key, workspace_slug=workspace, name=None)
+
+
+def _connected_session(key: ProjectKey, workspace: str, name: str) -> Session | None:
+    return (
+        Session.objects.connected()
+        .select_related("name", "workspace__project")
+        .filter(
+            name__handle=name,
+            workspace__slug=workspace,
+            workspace__project_id=key.project_id,
+        )
+        .first()
+    )
+
+
+def _checked(value: str | None, header: str, pattern: str) -> str:
+    if value is None:
+        raise ValidationFailed(
+            f"Send the {header} header.", details={header: ["Required with a project key."]}
+        )
+    if re.fullmatch(pattern.removeprefix("^").removesuffix("$"), value) is None:
+        raise ValidationFailed(
+            f"{header} is malformed.",
+            details={header: ["Use a lower-case slug or name as the operator gave it."]},
+        )
+    return value

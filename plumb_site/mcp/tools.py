@@ -1,0 +1,270 @@
+"""The tools: each a thin call into the same services, selectors and serializers as REST.
+
+A tool call answers the JSON its REST endpoint answers, in ``structuredContent``
+and as text, with the same envelope (``notes``, ``schema_stale``). A domain
+error is an ``isError`` result carrying the REST error object, rendered by the
+same exception handler, so its ``code`` is the REST code. As on REST, notes
+are delivered on successful results only (SPEC §3.4), never on an error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from rest_framework import exceptions as drf
+from rest_framework import serializers
+
+from mailbox import selectors as mailbox_selectors
+from mailbox import services as mailbox_services
+from mailbox import wakeups
+from mailbox.api import serializers as mailbox_io
+from mailbox.models import Session
+from plumb_site.api import deliver_notes, schema_fingerprint
+from plumb_site.errors import PlumbError, ValidationFailed, exception_handler
+from plumb_site.mcp import identity
+from plumb_site.mcp.schemas import FINGERPRINT_FIELD, TOOLS_BY_NAME, check_arguments
+from rooms import selectors as room_selectors
+from rooms import services as room_services
+from rooms.api import serializers as room_io
+from rooms.models import Event
+
+
+class UnknownTool(Exception):
+    """A tools/call naming no tool: a protocol error (-32602), not a tool result."""
+
+
+def call_tool(
+    caller: identity.Caller, name: str, arguments: dict[str, Any], header_fingerprint: str | None
+) -> dict[str, Any]:
+    """Run one tool for ``caller``; returns the ``CallToolResult`` fields.
+
+    Authentication and rate-limit refusals (DRF ``AuthenticationFailed`` and
+    ``Throttled``) propagate: they are answered at the HTTP level, like REST.
+    """
+    tool = TOOLS_BY_NAME.get(name)
+    if tool is None:
+        raise UnknownTool(name)
+    fingerprint = arguments.get(FINGERPRINT_FIELD)
+    if not isinstance(fingerprint, str) or not fingerprint:
+        fingerprint = header_fingerprint
+    try:
+        checked = check_arguments(tool, arguments)
+        checked.pop(FINGERPRINT_FIELD, None)
+        if name == "session_start":
+            session, payload = _session_start(caller, checked)
+        else:
+            session, _ = identity.acting_session(caller)
+            identity.check_session_rate(session)
+            payload = _HANDLERS[name](session, checked)
+        # check_messages delivers in its own loop; every other tool here, like
+        # the REST envelope does after the view.
+        if "notes" not in payload:
+            payload["notes"] = deliver_notes(session)
+        is_error = False
+    except (PlumbError, drf.ValidationError) as exc:
+        payload, is_error = dict(exception_handler(exc, {"view": None}).data), True
+    if fingerprint and fingerprint != schema_fingerprint():
+        payload["schema_stale"] = {"current": schema_fingerprint()}
+    # One encoding for both forms: DRF's output may hold types plain json refuses.
+    text = json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False)
+    return {
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": json.loads(text),
+        "isError": is_error,
+    }
+
+
+def _valid(serializer_class: type[serializers.Serializer], data: dict) -> dict[str, Any]:
+    """The REST input serializer's validated data: the same defaults and rules as REST."""
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+# --- sessions and the mailbox ------------------------------------------------------
+
+
+def _session_start(caller: identity.Caller, args: dict) -> tuple[Session, dict]:
+    """Resume or start the session this connection acts as (see identity).
+
+    ``workspace`` and ``name`` fill in what the headers leave out and must
+    agree with them: a tool result cannot switch the identity later calls
+    carry. ``token`` is set only when this call started the session, the one
+    moment it exists in clear.
+    """
+    if caller.session is not None:
+        session = caller.session
+        _agree("workspace", args.get("workspace"), session.workspace.slug)
+        _agree("name", args.get("name"), session.name.handle)
+        started = None
+    else:
+        _agree("workspace", args.get("workspace"), caller.workspace)
+        _agree("name", args.get("name"), caller.name)
+        session, started = identity.acting_session(
+            identity.Caller(
+                key=caller.key,
+                workspace=caller.workspace or args.get("workspace"),
+                name=caller.name or args.get("name"),
+            )
+        )
+    identity.check_session_rate(session)
+    return session, {
+        "session": mailbox_io.SessionSerializer(session).data,
+        "token": started.token if started is not None else None,
+    }
+
+
+def _agree(field: str, given: str | None, current: str | None) -> None:
+    if given is not None and current is not None and given != current:
+        raise ValidationFailed(
+            f"{field}: this connection acts as {current!r}.",
+            details={field: [f"This connection acts as {current!r}; omit it or pass that."]},
+        )
+
+
+def _leave_note(session: Session, args: dict) -> dict:
+    data = mailbox_io.NoteLeaveInput(data=args)
+    data.is_valid(raise_exception=True)
+    left = mailbox_services.note_leave(session, **data.service_arguments())
+    return {
+        "note": mailbox_io.NoteSerializer(left.note).data,
+        "conversation_id": left.note.conversation.public_id,
+        "delivery": left.delivery,
+        "exchanges_left": left.exchanges_left,
+        "scrubbed": left.scrubbed,
+        "replayed": left.replayed,
+    }
+
+
+def _check_messages(session: Session, args: dict) -> dict:
+    # The REST view's long-poll, step for step: claim, or wait for a wake-up
+    # (a note committed in this process) or the next re-check interval.
+    deadline = time.monotonic() + _valid(mailbox_io.NotesCheckInput, args)["wait"]
+    while True:
+        generation = wakeups.current_generation()
+        notes = mailbox_services.notes_claim(session)
+        remaining = deadline - time.monotonic()
+        if notes or remaining <= 0:
+            break
+        wakeups.wait(generation, min(wakeups.POLL_INTERVAL, remaining))
+    return {"notes": mailbox_io.NoteSerializer(notes, many=True).data}
+
+
+def _list_conversations(session: Session, args: dict) -> dict:
+    threads, has_more = mailbox_selectors.conversation_list_for_session(
+        session, **_valid(mailbox_io.ConversationListInput, args)
+    )
+    return {
+        "conversations": mailbox_io.ConversationSerializer(threads, many=True).data,
+        "has_more": has_more,
+    }
+
+
+def _read_conversation(session: Session, args: dict) -> dict:
+    conversation = mailbox_selectors.conversation_get_for_session(session, args["conversation_id"])
+    return {"conversation": mailbox_io.ConversationDetailSerializer(conversation).data}
+
+
+# --- rooms ---------------------------------------------------------------------------
+
+
+def _room_event(session: Session, slug: str, event: Event | None, room=None) -> dict:
+    # Re-read through the visibility rule for the caller's annotations, except
+    # after a leave: another project's room is no longer visible then.
+    room = room or room_selectors.room_get_for_session(session, slug)
+    return {
+        "room": room_io.RoomSerializer(room).data,
+        "event": room_io.EventSerializer(event).data if event is not None else None,
+        "latest_seq": room.head_seq,
+    }
+
+
+def _list_rooms(session: Session, args: dict) -> dict:
+    rooms = room_selectors.room_list_for_session(session)
+    return {"rooms": room_io.RoomSerializer(rooms, many=True).data}
+
+
+def _create_room(session: Session, args: dict) -> dict:
+    fields = _valid(room_io.RoomCreateInput, args)
+    room, event = room_services.room_create(session, **fields)
+    return _room_event(session, room.slug, event)
+
+
+def _join_room(session: Session, args: dict) -> dict:
+    data = _valid(room_io.RoomJoinInput, {k: v for k, v in args.items() if k != "room"})
+    joined = room_services.room_join(session, args["room"], display_name=data.get("display_name"))
+    return _room_event(session, args["room"], joined.event)
+
+
+def _leave_room(session: Session, args: dict) -> dict:
+    room, event = room_services.room_leave(session, args["room"])
+    return _room_event(session, args["room"], event, room=room)
+
+
+def _send_message(session: Session, args: dict) -> dict:
+    fields = _valid(room_io.MessageSendInput, {k: v for k, v in args.items() if k != "room"})
+    sent = room_services.message_send(session, args["room"], **fields)
+    return {
+        "message": room_io.MessageSerializer(sent.message).data,
+        "latest_seq": sent.latest_seq,
+        "unseen_before_send": sent.unseen_before_send,
+        "mentions": sent.mentions,
+        "unresolved_mentions": sent.unresolved_mentions,
+        "mention_warnings": sent.mention_warnings,
+        "scrubbed": sent.scrubbed,
+        "replayed": sent.replayed,
+    }
+
+
+def _read_messages(session: Session, args: dict) -> dict:
+    query = {k: v for k, v in args.items() if k != "room"}
+    if "kinds" in query:
+        # REST takes kinds as a comma-separated string; the tool takes a list.
+        query["kinds"] = ",".join(query["kinds"])
+    read = room_services.events_read(
+        session, args["room"], **_valid(room_io.EventsReadInput, query)
+    )
+    return {
+        "events": room_io.EventSerializer(read.events, many=True).data,
+        "latest_seq": read.latest_seq,
+        "read_seq": read.read_seq,
+        "has_more": read.has_more,
+    }
+
+
+def _review_message(session: Session, args: dict) -> dict:
+    data = _valid(room_io.ReviewInput, {k: args[k] for k in ("verdict", "body") if k in args})
+    room, event = room_services.review_add(
+        session,
+        args["room"],
+        args["message_id"],
+        verdict=data["verdict"],
+        body=data.get("body"),
+    )
+    return {"event": room_io.EventSerializer(event).data, "latest_seq": room.head_seq}
+
+
+def _mark_read(session: Session, args: dict) -> dict:
+    seq = _valid(room_io.ReadInput, {"seq": args["seq"]})["seq"]
+    room, member = room_services.read_position_set(session, args["room"], seq=seq)
+    return {"read_seq": member.read_seq, "latest_seq": room.head_seq}
+
+
+_HANDLERS: dict[str, Callable[[Session, dict], dict]] = {
+    "leave_note": _leave_note,
+    "check_messages": _check_messages,
+    "list_conversations": _list_conversations,
+    "read_conversation": _read_conversation,
+    "list_rooms": _list_rooms,
+    "create_room": _create_room,
+    "join_room": _join_room,
+    "leave_room": _leave_room,
+    "send_message": _send_message,
+    "read_messages": _read_messages,
+    "review_message": _review_message,
+    "mark_read": _mark_read,
+}
