@@ -37,8 +37,23 @@ class StrictBooleanField(serializers.BooleanField):
         self.fail("invalid", input=data)
 
 
+# The range of a signed 64-bit column (SQLite INTEGER, PostgreSQL bigint).
+MIN_BIGINT = -(2**63)
+MAX_BIGINT = 2**63 - 1
+
+
 class StrictIntegerField(serializers.IntegerField):
-    """Whole JSON numbers only; a string such as "5" in a JSON body is refused."""
+    """Whole JSON numbers only; a string such as "5" in a JSON body is refused.
+
+    Bounded to a 64-bit column unless told otherwise: a larger number compared
+    against one fails in the database driver (SQLite's "Python int too large to
+    convert", PostgreSQL's "out of range"), which would be a 500, not a 400.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", MIN_BIGINT)
+        kwargs.setdefault("max_value", MAX_BIGINT)
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, int):

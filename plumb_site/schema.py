@@ -60,6 +60,9 @@ def add_error_responses(result: dict, generator, request, public) -> dict:
             if method not in {"get", "post", "put", "patch", "delete"}:
                 continue
             extra = dict(_COMMON) if method in {"post", "put", "patch"} else {}
+            if any(p.get("in") == "query" for p in operation.get("parameters", [])):
+                # Query parameters are validated like bodies: a bad one is a 400.
+                extra.setdefault("400", "validation_error")
             extra["405"] = "method_not_allowed"
             if operation.get("security") != [{}] and operation.get("security"):
                 extra.update(_AUTHENTICATED)

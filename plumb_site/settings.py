@@ -207,6 +207,8 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": [],
     "DEFAULT_THROTTLE_RATES": {"session": PLUMB_RATE_SESSION, "project_key": PLUMB_RATE_KEY},
     "EXCEPTION_HANDLER": "plumb_site.errors.exception_handler",
+    # No OPTIONS metadata: it is undocumented, so it answers 405 like any other.
+    "DEFAULT_METADATA_CLASS": None,
     "UNAUTHENTICATED_USER": None,
     "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",

@@ -125,7 +125,11 @@ class NoteLeaveOutput(EnvelopeSerializer):
 
 class NotesCheckInput(serializers.Serializer):
     wait = serializers.FloatField(
-        min_value=0, max_value=30, required=False, default=0, help_text="Seconds to wait for a note."
+        min_value=0,
+        max_value=30,
+        required=False,
+        default=0,
+        help_text="Seconds to wait for a note.",
     )
 
 
