@@ -173,3 +173,21 @@ class ConversationListOutput(EnvelopeSerializer):
 
 class ConversationDetailOutput(EnvelopeSerializer):
     conversation = ConversationDetailSerializer()
+
+
+# --- response bodies, shared by the REST views and the MCP tools ------------------
+
+
+def note_left_body(left) -> dict:
+    return {
+        "note": NoteSerializer(left.note).data,
+        "conversation_id": left.note.conversation.public_id,
+        "delivery": left.delivery,
+        "exchanges_left": left.exchanges_left,
+        "scrubbed": left.scrubbed,
+        "replayed": left.replayed,
+    }
+
+
+def conversation_list_body(threads, has_more: bool) -> dict:
+    return {"conversations": ConversationSerializer(threads, many=True).data, "has_more": has_more}

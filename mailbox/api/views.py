@@ -1,12 +1,10 @@
 """Mailbox API views: translate HTTP to service calls and back, nothing more."""
 
-import time
-
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from mailbox import selectors, services, wakeups
+from mailbox import selectors, services
 from mailbox.api import serializers as s
 from mailbox.errors import (
     ConversationExhausted,
@@ -124,14 +122,7 @@ class NotesApi(SessionApiView):
         data = s.NoteLeaveInput(data=request.data)
         data.is_valid(raise_exception=True)
         left = services.note_leave(self.session, **data.service_arguments())
-        body = {
-            "note": s.NoteSerializer(left.note).data,
-            "conversation_id": left.note.conversation.public_id,
-            "delivery": left.delivery,
-            "exchanges_left": left.exchanges_left,
-            "scrubbed": left.scrubbed,
-            "replayed": left.replayed,
-        }
+        body = s.note_left_body(left)
         return Response(body, status=status.HTTP_200_OK if left.replayed else 201)
 
     @extend_schema(
@@ -150,14 +141,7 @@ class NotesApi(SessionApiView):
     def get(self, request):
         query = s.NotesCheckInput(data=request.query_params)
         query.is_valid(raise_exception=True)
-        deadline = time.monotonic() + query.validated_data["wait"]
-        while True:
-            generation = wakeups.current_generation()
-            notes = services.notes_claim(self.session)
-            remaining = deadline - time.monotonic()
-            if notes or remaining <= 0:
-                break
-            wakeups.wait(generation, min(wakeups.POLL_INTERVAL, remaining))
+        notes = services.notes_wait(self.session, wait=query.validated_data["wait"])
         # Setting "notes" here tells the envelope the delivery is done.
         return Response({"notes": s.NoteSerializer(notes, many=True).data})
 
@@ -177,12 +161,7 @@ class ConversationListApi(SessionApiView):
         threads, has_more = selectors.conversation_list_for_session(
             self.session, **query.validated_data
         )
-        return Response(
-            {
-                "conversations": s.ConversationSerializer(threads, many=True).data,
-                "has_more": has_more,
-            }
-        )
+        return Response(s.conversation_list_body(threads, has_more))
 
 
 class ConversationDetailApi(SessionApiView):

@@ -26,6 +26,7 @@ from mailbox.services.notes import (
     conversation_unlock,
     note_leave,
     notes_claim,
+    notes_wait,
 )
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "key_touch",
     "note_leave",
     "notes_claim",
+    "notes_wait",
     "optin_grant",
     "optin_revoke",
     "project_create",

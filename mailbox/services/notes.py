@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
@@ -356,6 +357,23 @@ def notes_claim(session: Session) -> list[Note]:
             ignore_conflicts=True,
         )
     return notes
+
+
+def notes_wait(session: Session, *, wait: float) -> list[Note]:
+    """Claim pending notes, holding up to ``wait`` seconds until one arrives.
+
+    A note committed by this process wakes the waiter at once; one committed
+    by another process is found by the re-check every POLL_INTERVAL. No
+    transaction is held while waiting.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        generation = wakeups.current_generation()
+        notes = notes_claim(session)
+        remaining = deadline - time.monotonic()
+        if notes or remaining <= 0:
+            return notes
+        wakeups.wait(generation, min(wakeups.POLL_INTERVAL, remaining))
 
 
 def notes_unbind(session_ids: list[int]) -> None:

@@ -10,7 +10,6 @@ are delivered on successful results only (SPEC §3.4), never on an error.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +19,6 @@ from rest_framework import serializers
 
 from mailbox import selectors as mailbox_selectors
 from mailbox import services as mailbox_services
-from mailbox import wakeups
 from mailbox.api import serializers as mailbox_io
 from mailbox.models import Session
 from plumb_site.api import deliver_notes, schema_fingerprint
@@ -130,27 +128,12 @@ def _leave_note(session: Session, args: dict) -> dict:
     data = mailbox_io.NoteLeaveInput(data=args)
     data.is_valid(raise_exception=True)
     left = mailbox_services.note_leave(session, **data.service_arguments())
-    return {
-        "note": mailbox_io.NoteSerializer(left.note).data,
-        "conversation_id": left.note.conversation.public_id,
-        "delivery": left.delivery,
-        "exchanges_left": left.exchanges_left,
-        "scrubbed": left.scrubbed,
-        "replayed": left.replayed,
-    }
+    return mailbox_io.note_left_body(left)
 
 
 def _check_messages(session: Session, args: dict) -> dict:
-    # The REST view's long-poll, step for step: claim, or wait for a wake-up
-    # (a note committed in this process) or the next re-check interval.
-    deadline = time.monotonic() + _valid(mailbox_io.NotesCheckInput, args)["wait"]
-    while True:
-        generation = wakeups.current_generation()
-        notes = mailbox_services.notes_claim(session)
-        remaining = deadline - time.monotonic()
-        if notes or remaining <= 0:
-            break
-        wakeups.wait(generation, min(wakeups.POLL_INTERVAL, remaining))
+    wait = _valid(mailbox_io.NotesCheckInput, args)["wait"]
+    notes = mailbox_services.notes_wait(session, wait=wait)
     return {"notes": mailbox_io.NoteSerializer(notes, many=True).data}
 
 
@@ -158,10 +141,7 @@ def _list_conversations(session: Session, args: dict) -> dict:
     threads, has_more = mailbox_selectors.conversation_list_for_session(
         session, **_valid(mailbox_io.ConversationListInput, args)
     )
-    return {
-        "conversations": mailbox_io.ConversationSerializer(threads, many=True).data,
-        "has_more": has_more,
-    }
+    return mailbox_io.conversation_list_body(threads, has_more)
 
 
 def _read_conversation(session: Session, args: dict) -> dict:
@@ -176,11 +156,7 @@ def _room_event(session: Session, slug: str, event: Event | None, room=None) -> 
     # Re-read through the visibility rule for the caller's annotations, except
     # after a leave: another project's room is no longer visible then.
     room = room or room_selectors.room_get_for_session(session, slug)
-    return {
-        "room": room_io.RoomSerializer(room).data,
-        "event": room_io.EventSerializer(event).data if event is not None else None,
-        "latest_seq": room.head_seq,
-    }
+    return room_io.room_event_body(room, event)
 
 
 def _list_rooms(session: Session, args: dict) -> dict:
@@ -208,16 +184,7 @@ def _leave_room(session: Session, args: dict) -> dict:
 def _send_message(session: Session, args: dict) -> dict:
     fields = _valid(room_io.MessageSendInput, {k: v for k, v in args.items() if k != "room"})
     sent = room_services.message_send(session, args["room"], **fields)
-    return {
-        "message": room_io.MessageSerializer(sent.message).data,
-        "latest_seq": sent.latest_seq,
-        "unseen_before_send": sent.unseen_before_send,
-        "mentions": sent.mentions,
-        "unresolved_mentions": sent.unresolved_mentions,
-        "mention_warnings": sent.mention_warnings,
-        "scrubbed": sent.scrubbed,
-        "replayed": sent.replayed,
-    }
+    return room_io.message_sent_body(sent)
 
 
 def _read_messages(session: Session, args: dict) -> dict:
@@ -228,12 +195,7 @@ def _read_messages(session: Session, args: dict) -> dict:
     read = room_services.events_read(
         session, args["room"], **_valid(room_io.EventsReadInput, query)
     )
-    return {
-        "events": room_io.EventSerializer(read.events, many=True).data,
-        "latest_seq": read.latest_seq,
-        "read_seq": read.read_seq,
-        "has_more": read.has_more,
-    }
+    return room_io.events_read_body(read)
 
 
 def _review_message(session: Session, args: dict) -> dict:
@@ -245,13 +207,13 @@ def _review_message(session: Session, args: dict) -> dict:
         verdict=data["verdict"],
         body=data.get("body"),
     )
-    return {"event": room_io.EventSerializer(event).data, "latest_seq": room.head_seq}
+    return room_io.review_body(room, event)
 
 
 def _mark_read(session: Session, args: dict) -> dict:
     seq = _valid(room_io.ReadInput, {"seq": args["seq"]})["seq"]
     room, member = room_services.read_position_set(session, args["room"], seq=seq)
-    return {"read_seq": member.read_seq, "latest_seq": room.head_seq}
+    return room_io.read_position_body(room, member)
 
 
 _HANDLERS: dict[str, Callable[[Session, dict], dict]] = {

@@ -290,3 +290,44 @@ class ReadOutput(EnvelopeSerializer):
 class MentionListOutput(EnvelopeSerializer):
     mentions = MessageSerializer(many=True)
     has_more = serializers.BooleanField()
+
+
+# --- response bodies, shared by the REST views and the MCP tools ------------------
+
+
+def room_event_body(room, event) -> dict:
+    return {
+        "room": RoomSerializer(room).data,
+        "event": EventSerializer(event).data if event is not None else None,
+        "latest_seq": room.head_seq,
+    }
+
+
+def message_sent_body(sent) -> dict:
+    return {
+        "message": MessageSerializer(sent.message).data,
+        "latest_seq": sent.latest_seq,
+        "unseen_before_send": sent.unseen_before_send,
+        "mentions": sent.mentions,
+        "unresolved_mentions": sent.unresolved_mentions,
+        "mention_warnings": sent.mention_warnings,
+        "scrubbed": sent.scrubbed,
+        "replayed": sent.replayed,
+    }
+
+
+def events_read_body(read) -> dict:
+    return {
+        "events": EventSerializer(read.events, many=True).data,
+        "latest_seq": read.latest_seq,
+        "read_seq": read.read_seq,
+        "has_more": read.has_more,
+    }
+
+
+def review_body(room, event) -> dict:
+    return {"event": EventSerializer(event).data, "latest_seq": room.head_seq}
+
+
+def read_position_body(room, member) -> dict:
+    return {"read_seq": member.read_seq, "latest_seq": room.head_seq}

@@ -49,15 +49,7 @@ class RoomListApi(SessionApiView):
         fields = {k: v for k, v in data.validated_data.items() if k != "tool_schema_fingerprint"}
         room, event = services.room_create(self.session, **fields)
         room = selectors.room_get_for_session(self.session, room.slug)
-        return Response(_room_event(room, event), status=status.HTTP_201_CREATED)
-
-
-def _room_event(room, event) -> dict:
-    return {
-        "room": s.RoomSerializer(room).data,
-        "event": s.EventSerializer(event).data if event is not None else None,
-        "latest_seq": room.head_seq,
-    }
+        return Response(s.room_event_body(room, event), status=status.HTTP_201_CREATED)
 
 
 class RoomDetailApi(SessionApiView):
@@ -94,7 +86,7 @@ class RoomJoinApi(SessionApiView):
         )
         room = selectors.room_get_for_session(self.session, slug)
         code = status.HTTP_201_CREATED if joined.event is not None else status.HTTP_200_OK
-        return Response(_room_event(room, joined.event), status=code)
+        return Response(s.room_event_body(room, joined.event), status=code)
 
 
 class RoomLeaveApi(SessionApiView):
@@ -110,7 +102,7 @@ class RoomLeaveApi(SessionApiView):
         room, event = services.room_leave(self.session, slug)
         # Not re-read through the visibility rule: a room of another project
         # is no longer visible once left, but the reply still describes it.
-        return Response(_room_event(room, event))
+        return Response(s.room_event_body(room, event))
 
 
 class MemberListApi(SessionApiView):
@@ -160,16 +152,7 @@ class MessagesApi(SessionApiView):
         data.is_valid(raise_exception=True)
         fields = {k: v for k, v in data.validated_data.items() if k != "tool_schema_fingerprint"}
         sent = services.message_send(self.session, slug, **fields)
-        body = {
-            "message": s.MessageSerializer(sent.message).data,
-            "latest_seq": sent.latest_seq,
-            "unseen_before_send": sent.unseen_before_send,
-            "mentions": sent.mentions,
-            "unresolved_mentions": sent.unresolved_mentions,
-            "mention_warnings": sent.mention_warnings,
-            "scrubbed": sent.scrubbed,
-            "replayed": sent.replayed,
-        }
+        body = s.message_sent_body(sent)
         return Response(body, status=status.HTTP_200_OK if sent.replayed else 201)
 
     @extend_schema(
@@ -188,14 +171,7 @@ class MessagesApi(SessionApiView):
         query = s.EventsReadInput(data=request.query_params)
         query.is_valid(raise_exception=True)
         read = services.events_read(self.session, slug, **query.validated_data)
-        return Response(
-            {
-                "events": s.EventSerializer(read.events, many=True).data,
-                "latest_seq": read.latest_seq,
-                "read_seq": read.read_seq,
-                "has_more": read.has_more,
-            }
-        )
+        return Response(s.events_read_body(read))
 
 
 class ReadPositionApi(SessionApiView):
@@ -213,7 +189,7 @@ class ReadPositionApi(SessionApiView):
         room, member = services.read_position_set(
             self.session, slug, seq=data.validated_data["seq"]
         )
-        return Response({"read_seq": member.read_seq, "latest_seq": room.head_seq})
+        return Response(s.read_position_body(room, member))
 
 
 class ReviewApi(SessionApiView):
@@ -240,8 +216,7 @@ class ReviewApi(SessionApiView):
             verdict=data.validated_data["verdict"],
             body=data.validated_data.get("body"),
         )
-        body = {"event": s.EventSerializer(event).data, "latest_seq": room.head_seq}
-        return Response(body, status=status.HTTP_201_CREATED)
+        return Response(s.review_body(room, event), status=status.HTTP_201_CREATED)
 
 
 class MentionListApi(SessionApiView):
