@@ -12,7 +12,7 @@ WEB_CONCURRENCY ?= 2
 # per process keep idle pollers from starving other requests.
 THREADS ?= 8
 
-.PHONY: install serve test lint superuser clean
+.PHONY: install serve test lint superuser clean chromium
 
 install: $(STAMP)
 
@@ -35,7 +35,11 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint
+# tests/browser drives Debian's chromium; never a downloaded browser.
+chromium:
+	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test: lint chromium
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 	$(BIN)/pytest $(PYTEST_ARGS)

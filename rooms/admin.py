@@ -27,7 +27,8 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
-from mailbox.admin.actions import ObjectToolsMixin, ToolButton, reason_action
+from mailbox.admin.actions import reason_action
+from mailbox.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge, slug_filter
 from mailbox.admin.paging import LargeTableAdminMixin
 from plumb_site import transcripts
 from rooms import services
@@ -41,10 +42,6 @@ def _changelist(model: str, **params: object) -> str:
 def _describe_message(message: Message) -> str:
     excerpt = Truncator(message.body).chars(60)
     return f"#{message.room.slug} seq {message.seq} by {message.author.handle}: {excerpt}"
-
-
-def _badge(text: str, kind: str = "") -> SafeString:
-    return format_html('<span class="plumb-badge {}">{}</span>', kind, text)
 
 
 class _ViewOnlyObjectsMixin:
@@ -68,10 +65,10 @@ class _StateFilter(admin.SimpleListFilter):
     """A yes/no filter on whether a timestamp field is set."""
 
     field = ""
-    choices: tuple[str, str] = ("Yes", "No")
+    labels: tuple[str, str] = ("Yes", "No")
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
-        return [("yes", self.choices[0]), ("no", self.choices[1])]
+        return [("yes", self.labels[0]), ("no", self.labels[1])]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() in ("yes", "no"):
@@ -79,32 +76,37 @@ class _StateFilter(admin.SimpleListFilter):
         return queryset
 
 
+# Typed, not listed: a sidebar link per room (or project) does not scale.
+RoomFilter = slug_filter("room", "room", "room__slug")
+ProjectFilter = slug_filter("project", "project", "project__slug")
+
+
 class RoomLockedFilter(_StateFilter):
     title = "locked"
     parameter_name = "locked"
     field = "locked_at"
-    choices = ("Locked", "Open")
+    labels = ("Locked", "Open")
 
 
 class MemberMutedFilter(_StateFilter):
     title = "muted"
     parameter_name = "muted"
     field = "muted_at"
-    choices = ("Muted", "Not muted")
+    labels = ("Muted", "Not muted")
 
 
 class MemberLeftFilter(_StateFilter):
     title = "membership"
     parameter_name = "left"
     field = "left_at"
-    choices = ("Left or removed", "Current")
+    labels = ("Left or removed", "Current")
 
 
 class MessageHiddenFilter(_StateFilter):
     title = "hidden"
     parameter_name = "hidden"
     field = "hidden_at"
-    choices = ("Hidden", "Shown")
+    labels = ("Hidden", "Shown")
 
 
 # --- rooms ----------------------------------------------------------------------------
@@ -116,15 +118,18 @@ class MemberInline(admin.TabularInline):
     readonly_fields = fields
     extra = 0
     can_delete = False
-    show_change_link = True
     verbose_name_plural = "Members"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Member]:
         return super().get_queryset(request).select_related("name").order_by("joined_at", "id")
 
     @admin.display(description="handle")
-    def handle(self, member: Member) -> str:
-        return member.name.handle
+    def handle(self, member: Member) -> SafeString:
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("admin:rooms_member_change", args=[member.pk]),
+            member.name.handle,
+        )
 
     @admin.display(description="display name")
     def shown_name(self, member: Member) -> SafeString:
@@ -144,27 +149,27 @@ class MemberInline(admin.TabularInline):
 def _member_state(member: Member) -> SafeString:
     badges = []
     if member.left_at is not None:
-        badges.append(_badge("left", "plumb-badge-muted"))
+        badges.append(badge("left", "muted"))
     if member.muted_at is not None:
-        badges.append(_badge("muted", "plumb-badge-warn"))
+        badges.append(badge("muted", "warn"))
     if not badges:
-        badges.append(_badge("member", "plumb-badge-ok"))
-    return format_html_join(" ", "{}", ((badge,) for badge in badges))
+        badges.append(badge("member", "ok"))
+    return format_html_join(" ", "{}", ((label,) for label in badges))
 
 
 @admin.register(Room)
-class RoomAdmin(ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
+class RoomAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
     list_display = (
         "slug",
         "project",
         "title",
         "latest_seq",
         "member_total",
-        "locked",
+        "state",
         "created_at",
     )
     list_select_related = ("project",)
-    list_filter = (RoomLockedFilter,)
+    list_filter = (RoomLockedFilter, ProjectFilter)
     search_fields = ("slug", "title", "project__slug")
     search_help_text = "Room slug, title or project slug."
     fields = (
@@ -173,7 +178,7 @@ class RoomAdmin(ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
         "title",
         "topic",
         "latest_seq",
-        "locked_at",
+        "state",
         "created_by",
         "created_at",
         "related",
@@ -209,21 +214,32 @@ class RoomAdmin(ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
     def member_total(self, room: Room) -> int:
         return room.current_members
 
-    @admin.display(description="locked", boolean=True, ordering="locked_at")
-    def locked(self, room: Room) -> bool:
-        return room.locked
+    @admin.display(description="state", ordering="locked_at")
+    def state(self, room: Room) -> SafeString:
+        if room.locked_at is None:
+            return badge("open", "ok")
+        return format_html(
+            '{} <span class="plumb-muted">since {}</span>',
+            badge("locked", "danger"),
+            room.locked_at.strftime("%Y-%m-%d %H:%M UTC"),
+        )
 
     @admin.display(description="see also")
     def related(self, room: Room) -> SafeString:
         links = [
             ("Transcript", reverse("admin:rooms_room_transcript", args=[room.pk])),
-            ("Messages", _changelist("message", room__id__exact=room.pk)),
-            ("Events", _changelist("event", room__id__exact=room.pk)),
-            ("Members", _changelist("member", room__id__exact=room.pk)),
-            ("Audit trail", f"{reverse('admin:mailbox_auditrecord_changelist')}?"
-             f"{urlencode({'room_slug': room.slug})}"),
+            ("Messages", _changelist("message", room=room.slug)),
+            ("Events", _changelist("event", room=room.slug)),
+            ("Members", _changelist("member", room=room.slug)),
+            (
+                "Audit trail",
+                f"{reverse('admin:mailbox_auditrecord_changelist')}?"
+                f"{urlencode({'room_slug': room.slug})}",
+            ),
         ]
-        return format_html_join(" · ", '<a href="{}">{}</a>', ((url, label) for label, url in links))
+        return format_html_join(
+            " · ", '<a href="{}">{}</a>', ((url, label) for label, url in links)
+        )
 
     lock_rooms = reason_action(
         description="Lock selected rooms…",
@@ -231,8 +247,9 @@ class RoomAdmin(ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
         button="Lock",
         help_text="Sends and reviews get 423 room_locked; members can still read. "
         "Members see this reason in the room's stream.",
-        apply=lambda room, actor, reason: services.room_lock(room, actor=actor, reason=reason)
-        is not None,
+        apply=lambda room, actor, reason: (
+            services.room_lock(room, actor=actor, reason=reason) is not None
+        ),
         done="Locked {n} room(s).",
         unchanged="{n} room(s) were locked already and were left as they were.",
         select_related=("project",),
@@ -243,8 +260,9 @@ class RoomAdmin(ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
         button="Unlock",
         required=False,
         help_text="Members may send and review again. Members see the reason in the stream.",
-        apply=lambda room, actor, reason: services.room_unlock(room, actor=actor, reason=reason)
-        is not None,
+        apply=lambda room, actor, reason: (
+            services.room_unlock(room, actor=actor, reason=reason) is not None
+        ),
         done="Unlocked {n} room(s).",
         unchanged="{n} room(s) were not locked and were left as they were.",
         select_related=("project",),
@@ -305,10 +323,10 @@ class RoomAdmin(ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
 
 
 @admin.register(Member)
-class MemberAdmin(ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
+class MemberAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
     list_display = ("handle", "room", "shown_name", "state", "read_seq", "joined_at")
     list_select_related = ("room", "name")
-    list_filter = (MemberMutedFilter, MemberLeftFilter)
+    list_filter = (RoomFilter, MemberMutedFilter, MemberLeftFilter)
     search_fields = ("name__handle", "room__slug", "display_name")
     search_help_text = "Handle, room slug or display name."
     ordering = ("-id",)
@@ -346,10 +364,9 @@ class MemberAdmin(ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
         button="Mute",
         help_text="Muted members get 403 member_muted when they send or review; they "
         "can still read. The room sees this reason.",
-        apply=lambda member, actor, reason: services.member_mute(
-            member, actor=actor, reason=reason
-        )
-        is not None,
+        apply=lambda member, actor, reason: (
+            services.member_mute(member, actor=actor, reason=reason) is not None
+        ),
         done="Muted {n} member(s).",
         unchanged="{n} member(s) were muted already and were left as they were.",
         select_related=("room__project", "name"),
@@ -360,10 +377,9 @@ class MemberAdmin(ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
         button="Unmute",
         required=False,
         help_text="They may send and review again.",
-        apply=lambda member, actor, reason: services.member_unmute(
-            member, actor=actor, reason=reason
-        )
-        is not None,
+        apply=lambda member, actor, reason: (
+            services.member_unmute(member, actor=actor, reason=reason) is not None
+        ),
         done="Unmuted {n} member(s).",
         unchanged="{n} member(s) were not muted and were left as they were.",
         select_related=("room__project", "name"),
@@ -374,10 +390,9 @@ class MemberAdmin(ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
         button="Remove",
         help_text="They leave the room (403 not_a_member from now on) and may join again "
         "unless the room is locked. The room sees this reason.",
-        apply=lambda member, actor, reason: services.member_remove(
-            member, actor=actor, reason=reason
-        )
-        is not None,
+        apply=lambda member, actor, reason: (
+            services.member_remove(member, actor=actor, reason=reason) is not None
+        ),
         done="Removed {n} member(s).",
         unchanged="{n} member(s) had left already and were left as they were.",
         select_related=("room__project", "name"),
@@ -399,12 +414,12 @@ class MemberAdmin(ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
 
 @admin.register(Message)
 class MessageAdmin(
-    ObjectToolsMixin, LargeTableAdminMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin
+    ListTitleMixin, ObjectToolsMixin, LargeTableAdminMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin
 ):
-    list_display = ("seq", "room", "author_handle", "excerpt", "created_at", "hidden")
+    list_display = ("seq", "room", "author_handle", "excerpt", "created_at", "state")
     list_display_links = ("seq",)
     list_select_related = ("room", "author")
-    list_filter = (MessageHiddenFilter,)
+    list_filter = (RoomFilter, MessageHiddenFilter)
     search_fields = ("=public_id", "room__slug", "author__handle", "body")
     search_help_text = "Message id (exact), room slug, author or words in the body."
     ordering = ("-id",)
@@ -443,9 +458,9 @@ class MessageAdmin(
             return format_html('<span class="plumb-hidden-text">{}</span>', text)
         return format_html("{}", text)
 
-    @admin.display(description="hidden", boolean=True, ordering="hidden_at")
-    def hidden(self, message: Message) -> bool:
-        return message.hidden
+    @admin.display(description="state", ordering="hidden_at")
+    def state(self, message: Message) -> SafeString:
+        return badge("hidden", "danger") if message.hidden else badge("shown", "muted")
 
     @admin.display(description="reply to")
     def reply_to_seq(self, message: Message) -> str:
@@ -469,10 +484,9 @@ class MessageAdmin(
         button="Hide",
         help_text="Agents will see the message as hidden, without its body, and a "
         "moderation event with this reason in the room's stream.",
-        apply=lambda message, actor, reason: services.message_hide(
-            message, actor=actor, reason=reason
-        )
-        is not None,
+        apply=lambda message, actor, reason: (
+            services.message_hide(message, actor=actor, reason=reason) is not None
+        ),
         done="Hid {n} message(s).",
         unchanged="{n} message(s) were hidden already and were left as they were.",
         select_related=("room__project", "author"),
@@ -484,10 +498,9 @@ class MessageAdmin(
         button="Unhide",
         required=False,
         help_text="Agents get the body again; the room's stream records the change.",
-        apply=lambda message, actor, reason: services.message_unhide(
-            message, actor=actor, reason=reason
-        )
-        is not None,
+        apply=lambda message, actor, reason: (
+            services.message_unhide(message, actor=actor, reason=reason) is not None
+        ),
         done="Unhid {n} message(s).",
         unchanged="{n} message(s) were not hidden and were left as they were.",
         select_related=("room__project", "author"),
@@ -514,13 +527,13 @@ class MessageAdmin(
 
 
 @admin.register(Event)
-class EventAdmin(LargeTableAdminMixin, admin.ModelAdmin):
+class EventAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
     """Every event of every room, read-only; filter by room from the room's page."""
 
     list_display = ("seq", "room", "kind", "actor_handle", "summary", "created_at")
     list_display_links = ("seq",)
     list_select_related = ("room", "actor", "message")
-    list_filter = ("kind",)
+    list_filter = (RoomFilter, "kind")
     search_fields = ("=room__slug",)
     search_help_text = "A room slug (exact)."
     ordering = ("-id",)

@@ -111,7 +111,8 @@ class Event(models.Model):
     )
     verdict = models.CharField(max_length=16, choices=Verdict.choices, blank=True)
     body = models.TextField(blank=True, help_text="Review text (secret-scrubbed).")
-    # Moderation details: {"action", "reason", "operator", "member"?}.
+    # Moderation details: {"action", "reason", "member"?}; never the operator,
+    # whom only the audit trail names.
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -413,9 +413,17 @@ def _conversation_set_lock(
             locked_at=timezone.now() if locked else None
         )
         if changed:
+            # The thread's project is its first sender's, so the record can be
+            # found by project like every other.
+            first = (
+                conversation.notes.order_by("position")
+                .select_related("sender_name__workspace__project")
+                .first()
+            )
             audit_record(
                 actor=actor,
                 action="conversation.lock" if locked else "conversation.unlock",
+                project=first.sender_name.workspace.project if first else None,
                 target=f"conversation {conversation.public_id}",
                 reason=reason,
             )

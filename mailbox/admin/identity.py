@@ -1,5 +1,6 @@
 """The operators' front door to the identity layer: projects, opt-ins, keys, workspaces,
-agent names and sessions.
+agent names and sessions. Superusers and staff with these models' permissions
+only: the ``moderators`` group has none of them (SPEC §5).
 
 The admin only translates forms into service calls (STYLE: a rule written twice
 is a bug waiting to happen), so the REST API, ``manage.py plumb`` and this module
@@ -25,6 +26,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from mailbox import services
+from mailbox.admin.actions import admin_actor
+from mailbox.admin.pages import slug_filter
 from mailbox.errors import OptInNotFound
 from mailbox.models import (
     AgentName,
@@ -35,10 +38,6 @@ from mailbox.models import (
     Workspace,
 )
 from plumb_site.errors import PlumbError
-
-admin.site.site_header = "plumb"
-admin.site.site_title = "plumb admin"
-admin.site.index_title = "Operations"
 
 
 def _adopt(target: Model, created: Model) -> None:
@@ -72,6 +71,11 @@ class ServiceErrorsMixin:
         except PlumbError as exc:
             self.message_user(request, exc.message, messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())
+
+
+# Typed, not listed: a sidebar link per project does not scale.
+ProjectFilter = slug_filter("project", "project", "project__slug")
+WorkspaceProjectFilter = slug_filter("project", "project", "workspace__project__slug")
 
 
 # --- projects and opt-ins -------------------------------------------------------------
@@ -172,8 +176,15 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Project]:
-        # One aggregate query instead of a count per row.
-        return super().get_queryset(request).annotate(workspace_total=Count("workspaces"))
+        # One aggregate query instead of a count per row. Meta.ordering does not
+        # apply to GROUP BY queries: without order_by() the project autocomplete
+        # (opt-in, key and workspace forms) pages an unordered queryset.
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(workspace_total=Count("workspaces"))
+            .order_by(*Project._meta.ordering)
+        )
 
     @admin.display(description="workspaces", ordering="workspace_total")
     def workspaces_count(self, obj: Project) -> int:
@@ -212,14 +223,12 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         project = form.instance
         for optin in formset.deleted_objects:
             with contextlib.suppress(OptInNotFound):  # already gone is the goal
-                services.optin_revoke(
-                    project, source=optin.source, actor=request.user.get_username()
-                )
+                services.optin_revoke(project, source=optin.source, actor=admin_actor(request))
         formset.new_objects = [
             services.optin_grant(
                 project,
                 source=optin.source,
-                created_by=request.user.get_username(),
+                created_by=admin_actor(request),
                 note=optin.note,
             )
             for optin in formset.new_objects
@@ -250,14 +259,14 @@ class CrossProjectOptInAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         granted = services.optin_grant(
             obj.project,
             source=obj.source,
-            created_by=request.user.get_username(),
+            created_by=admin_actor(request),
             note=obj.note,
         )
         _adopt(obj, granted)
 
     def delete_model(self, request: HttpRequest, obj: CrossProjectOptIn) -> None:
         with contextlib.suppress(OptInNotFound):
-            services.optin_revoke(obj.project, source=obj.source, actor=request.user.get_username())
+            services.optin_revoke(obj.project, source=obj.source, actor=admin_actor(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[CrossProjectOptIn]) -> None:
         for optin in queryset.select_related("project", "source"):
@@ -295,7 +304,7 @@ class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         "last_used_at",
         "revoked",
     )
-    list_filter = (KeyStatusFilter, "project")
+    list_filter = (KeyStatusFilter, ProjectFilter)
     list_select_related = ("project",)
     search_fields = ("prefix", "label", "project__slug", "created_by")
     autocomplete_fields = ("project",)
@@ -351,9 +360,7 @@ class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
             # loaded, un-revoking a key revoked while this page was open.
             obj.save(update_fields=["label"])
             return
-        issued = services.key_create(
-            obj.project, label=obj.label, created_by=request.user.get_username()
-        )
+        issued = services.key_create(obj.project, label=obj.label, created_by=admin_actor(request))
         _adopt(obj, issued.key)
         # Kept in memory for response_add only, which runs later in this same request.
         obj._raw_key_once = issued.raw
@@ -389,7 +396,7 @@ class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ProjectKey]) -> None:
         revoked = 0
         for key in queryset.filter(revoked_at__isnull=True):
-            services.key_revoke(key, actor=request.user.get_username())
+            services.key_revoke(key, actor=admin_actor(request))
             revoked += 1
         self.message_user(request, f"Revoked {revoked} key(s).", messages.SUCCESS)
 
@@ -400,7 +407,7 @@ class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
 @admin.register(Workspace)
 class WorkspaceAdmin(ServiceErrorsMixin, admin.ModelAdmin):
     list_display = ("slug", "project", "created_at")
-    list_filter = ("project",)
+    list_filter = (ProjectFilter,)
     list_select_related = ("project",)
     search_fields = ("slug", "project__slug")
     autocomplete_fields = ("project",)
@@ -425,7 +432,7 @@ class AgentNameAdmin(admin.ModelAdmin):
     list_display = ("handle", "workspace", "project", "created_at")
     list_select_related = ("workspace__project",)
     search_fields = ("handle", "workspace__slug", "workspace__project__slug")
-    list_filter = ("workspace__project",)
+    list_filter = (WorkspaceProjectFilter,)
     autocomplete_fields = ("workspace",)
     fields = ("handle", "workspace", "created_at")
 
@@ -471,7 +478,7 @@ class SessionAdmin(admin.ModelAdmin):
         "ended_at",
         "connected",
     )
-    list_filter = (ConnectedFilter, "workspace__project")
+    list_filter = (ConnectedFilter, WorkspaceProjectFilter)
     list_select_related = ("name", "workspace__project")
     search_fields = ("public_id", "name__handle", "workspace__slug", "workspace__project__slug")
     actions = ("end_sessions",)
