@@ -12,7 +12,7 @@ WEB_CONCURRENCY ?= 2
 # per process keep idle pollers from starving other requests.
 THREADS ?= 8
 
-.PHONY: install serve test lint superuser clean chromium
+.PHONY: install serve test test-postgres lint superuser clean chromium
 
 install: $(STAMP)
 
@@ -43,6 +43,12 @@ test: lint chromium
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The same suite against a throwaway PostgreSQL 15 cluster on loopback, started and
+# deleted by scripts/with-postgres (as root it installs Debian's postgresql if missing).
+test-postgres: install chromium
+	scripts/with-postgres $(BIN)/python manage.py makemigrations --check --dry-run
+	scripts/with-postgres $(BIN)/pytest $(PYTEST_ARGS)
 
 superuser: install
 	$(BIN)/python manage.py createsuperuser

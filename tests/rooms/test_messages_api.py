@@ -1306,7 +1306,8 @@ def queries_of(call) -> tuple[int, object]:
 
 
 @pytest.fixture
-def small_and_big_rooms(workspace):
+def small_and_big_rooms(workspace, settings):
+    settings.PLUMB_SEEN_WRITE_INTERVAL = 3600  # no last_seen_at write, however long seeding takes
     small = seed_room("small", members=3, events=5, workspace=workspace)
     big = seed_room("big", members=30, events=200, workspace=workspace)
     return small, big
