@@ -58,33 +58,39 @@ def _moderate(
 def message_hide(message: Message, *, actor: str, reason: str) -> Event | None:
     """Hide a message from agents (its body is never served again); reason required."""
     reason = _check_reason(reason, required=True)
-    with transaction.atomic():
-        room = lock_room(message.room.slug)
-        if not Message.objects.filter(pk=message.pk, hidden_at__isnull=True).update(
-            hidden_at=timezone.now(), hidden_reason=reason
-        ):
-            return None
-        return _moderate(
-            room,
-            action="hide",
-            actor=actor,
-            reason=reason,
-            target=f"message {message.public_id} (seq {message.seq})",
-            message=message,
-        )
+    return _message_change(
+        message,
+        action="hide",
+        actor=actor,
+        reason=reason,
+        update={"hidden_at": timezone.now(), "hidden_reason": reason},
+        when={"hidden_at__isnull": True},
+    )
 
 
 def message_unhide(message: Message, *, actor: str, reason: str = "") -> Event | None:
     reason = _check_reason(reason, required=False)
+    return _message_change(
+        message,
+        action="unhide",
+        actor=actor,
+        reason=reason,
+        update={"hidden_at": None, "hidden_reason": ""},
+        when={"hidden_at__isnull": False},
+    )
+
+
+def _message_change(
+    message: Message, *, action: str, actor: str, reason: str, update: dict, when: dict
+) -> Event | None:
     with transaction.atomic():
         room = lock_room(message.room.slug)
-        if not Message.objects.filter(pk=message.pk, hidden_at__isnull=False).update(
-            hidden_at=None, hidden_reason=""
-        ):
+        # Conditional UPDATE: the action applies only if its state is not in effect.
+        if not Message.objects.filter(pk=message.pk, **when).update(**update):
             return None
         return _moderate(
             room,
-            action="unhide",
+            action=action,
             actor=actor,
             reason=reason,
             target=f"message {message.public_id} (seq {message.seq})",
@@ -152,19 +158,19 @@ def _member_change(
 def room_lock(room: Room, *, actor: str, reason: str) -> Event | None:
     """Lock a room: sends and reviews get ``423 room_locked``; reading goes on."""
     reason = _check_reason(reason, required=True)
-    with transaction.atomic():
-        locked = lock_room(room.slug)
-        if locked.locked_at is not None:
-            return None
-        Room.objects.filter(pk=locked.pk).update(locked_at=timezone.now())
-        return _moderate(locked, action="lock", actor=actor, reason=reason, target="room")
+    return _room_change(room, locked=True, actor=actor, reason=reason)
 
 
 def room_unlock(room: Room, *, actor: str, reason: str = "") -> Event | None:
     reason = _check_reason(reason, required=False)
+    return _room_change(room, locked=False, actor=actor, reason=reason)
+
+
+def _room_change(room: Room, *, locked: bool, actor: str, reason: str) -> Event | None:
     with transaction.atomic():
-        locked = lock_room(room.slug)
-        if locked.locked_at is None:
+        current = lock_room(room.slug)
+        if current.locked == locked:
             return None
-        Room.objects.filter(pk=locked.pk).update(locked_at=None)
-        return _moderate(locked, action="unlock", actor=actor, reason=reason, target="room")
+        Room.objects.filter(pk=current.pk).update(locked_at=timezone.now() if locked else None)
+        action = "lock" if locked else "unlock"
+        return _moderate(current, action=action, actor=actor, reason=reason, target="room")
