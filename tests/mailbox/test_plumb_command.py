@@ -681,3 +681,43 @@ class TestRealProcess:
         assert second.returncode == 0, second.stderr
         assert len(second.stdout.splitlines()) == 1
         assert "plumb_key_" not in second.stdout
+
+
+# --- the audit trail (SPEC §5: every opt-in and key change is recorded) -------------------
+
+
+def test_key_and_optin_changes_from_the_command_line_are_audited(monkeypatch):
+    from mailbox.models import AuditRecord
+
+    monkeypatch.setattr("getpass.getuser", lambda: "ops")
+    project = ProjectFactory(slug="acme")
+    ProjectFactory(slug="vendor")
+
+    plumb("key", "create", "acme", "--label", "ci")
+    key = ProjectKey.objects.get(project=project)
+    plumb("key", "revoke", key.prefix)
+    plumb("optin", "grant", "acme", "--from", "vendor", "--note", "joint incident")
+    plumb("optin", "revoke", "acme", "--from", "vendor")
+
+    records = list(
+        AuditRecord.objects.order_by("id").values_list(
+            "actor", "action", "project_slug", "target", "reason"
+        )
+    )
+    assert records == [
+        ("cli:ops", "key.create", "acme", key.display_prefix, "ci"),
+        ("cli:ops", "key.revoke", "acme", key.display_prefix, ""),
+        ("cli:ops", "optin.grant", "acme", "acme accepts vendor", "joint incident"),
+        ("cli:ops", "optin.revoke", "acme", "acme accepts vendor", ""),
+    ]
+
+
+def test_a_refused_command_records_nothing():
+    from mailbox.models import AuditRecord
+
+    ProjectFactory(slug="acme")
+
+    plumb_fails("optin", "revoke", "acme", "--from", "acme")
+    plumb_fails("key", "revoke", "zzzzzzzz")
+
+    assert not AuditRecord.objects.exists()
