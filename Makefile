@@ -12,7 +12,7 @@ WEB_CONCURRENCY ?= 2
 # per process keep idle pollers from starving other requests.
 THREADS ?= 8
 
-.PHONY: install serve test test-postgres lint superuser clean chromium
+.PHONY: install serve test test-postgres bench lint superuser clean chromium
 
 install: $(STAMP)
 
@@ -49,6 +49,11 @@ test: lint chromium
 test-postgres: install chromium
 	scripts/with-postgres $(BIN)/python manage.py makemigrations --check --dry-run
 	scripts/with-postgres $(BIN)/pytest $(PYTEST_ARGS)
+
+# Throughput and latency against a floor, and growth with stored data (not part of
+# make test). BENCH_DB=postgres runs it on a throwaway PostgreSQL cluster.
+bench: install
+	$(BIN)/python bench/run.py
 
 superuser: install
 	$(BIN)/python manage.py createsuperuser
