@@ -80,24 +80,6 @@ def message_unhide(message: Message, *, actor: str, reason: str = "") -> Event |
     )
 
 
-def _message_change(
-    message: Message, *, action: str, actor: str, reason: str, update: dict, when: dict
-) -> Event | None:
-    with transaction.atomic():
-        room = lock_room(message.room.slug)
-        # Conditional UPDATE: the action applies only if its state is not in effect.
-        if not Message.objects.filter(pk=message.pk, **when).update(**update):
-            return None
-        return _moderate(
-            room,
-            action=action,
-            actor=actor,
-            reason=reason,
-            target=f"message {message.public_id} (seq {message.seq})",
-            message=message,
-        )
-
-
 def member_mute(member: Member, *, actor: str, reason: str) -> Event | None:
     """Stop a member from sending and reviewing (``403 member_muted``); reason required."""
     reason = _check_reason(reason, required=True)
@@ -136,22 +118,35 @@ def member_remove(member: Member, *, actor: str, reason: str) -> Event | None:
     )
 
 
-def _member_change(
-    member: Member, *, action: str, actor: str, reason: str, update: dict, when: dict
+def _member_change(member: Member, **change) -> Event | None:
+    handle = member.name.handle
+    return _change(member, target=f"member {handle}", member=handle, **change)
+
+
+def _message_change(message: Message, **change) -> Event | None:
+    target = f"message {message.public_id} (seq {message.seq})"
+    return _change(message, target=target, message=message, **change)
+
+
+def _change(
+    obj: Member | Message,
+    *,
+    action: str,
+    actor: str,
+    reason: str,
+    update: dict,
+    when: dict,
+    target: str,
+    **event_fields,
 ) -> Event | None:
+    """Apply a moderation state change to a message or member, under the room lock."""
     with transaction.atomic():
-        room = lock_room(member.room.slug)
+        room = lock_room(obj.room.slug)
         # Conditional UPDATE: the action applies only if its state is not in effect.
-        if not Member.objects.filter(pk=member.pk, **when).update(**update):
+        if not type(obj).objects.filter(pk=obj.pk, **when).update(**update):
             return None
-        handle = member.name.handle
         return _moderate(
-            room,
-            action=action,
-            actor=actor,
-            reason=reason,
-            target=f"member {handle}",
-            member=handle,
+            room, action=action, actor=actor, reason=reason, target=target, **event_fields
         )
 
 

@@ -26,6 +26,23 @@ T = TypeVar("T")
 
 # legacy: the initialize handshake (2025-11-25); auto: server/discover, then the
 # era the server names; 2026-07-28: the stateless era with no probe at all.
+BINDING_TOOL_NAMES = [
+    "session_start",
+    "leave_note",
+    "check_messages",
+    "list_conversations",
+    "read_conversation",
+    "list_rooms",
+    "create_room",
+    "join_room",
+    "leave_room",
+    "send_message",
+    "read_messages",
+    "review_message",
+    "mark_read",
+]
+"""The tool names of SPEC §6, in the order tools/list publishes them."""
+
 MODES = ["legacy", "auto", "2026-07-28"]
 
 

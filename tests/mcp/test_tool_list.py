@@ -13,6 +13,7 @@ from plumb_site.api import reset_schema_fingerprint, schema_fingerprint
 from plumb_site.mcp import schemas
 from rooms.api import serializers as room_io
 from rooms.models import Event
+from tests.mcp.conftest import BINDING_TOOL_NAMES
 
 pytestmark = pytest.mark.django_db
 
@@ -76,21 +77,7 @@ def test_the_whole_tool_list_fits_in_3000_tokens(stateless, project_key):
 def test_the_tool_list_is_exactly_the_binding_names_in_a_stable_order(project_key):
     names = [tool["name"] for tool in tools_list(project_key, False)["tools"]]
 
-    assert names == [
-        "session_start",
-        "leave_note",
-        "check_messages",
-        "list_conversations",
-        "read_conversation",
-        "list_rooms",
-        "create_room",
-        "join_room",
-        "leave_room",
-        "send_message",
-        "read_messages",
-        "review_message",
-        "mark_read",
-    ]
+    assert names == BINDING_TOOL_NAMES
 
 
 @pytest.mark.parametrize("tool", schemas.TOOLS, ids=lambda tool: tool["name"])
