@@ -13,8 +13,10 @@ from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
 from mailbox import credentials
-from mailbox.models import ProjectKey, Session
+from mailbox.models import AgentName, Project, ProjectKey, Session, Workspace
 from mailbox.services import key_touch, session_touch
+from mailbox.services.notes import pending_exists
+from plumb_site.prepared import Prepared, concrete_attnames, instances_from_row
 
 REALM = 'Bearer realm="plumb"'
 
@@ -37,6 +39,40 @@ def bearer_credential(request: Request) -> credentials.ParsedCredential | None:
     return parsed
 
 
+_SESSION_MODELS = (Session, AgentName, Workspace, Project)
+_session_by_prefix = Prepared(
+    lambda prefix: (
+        Session.objects.filter(token_prefix=prefix)
+        .annotate(notes_maybe_pending=pending_exists())
+        .order_by()
+        .values_list(
+            *concrete_attnames(Session),
+            *(f"name__{f}" for f in concrete_attnames(AgentName)),
+            *(f"workspace__{f}" for f in concrete_attnames(Workspace)),
+            *(f"workspace__project__{f}" for f in concrete_attnames(Project)),
+            "notes_maybe_pending",
+        )
+    ),
+    params=["prefix"],
+)
+
+
+def session_for_prefix(prefix: str) -> Session | None:
+    """The session with its name, workspace and project, and whether notes wait for it.
+
+    Every session call starts here, so it is one query, compiled once.
+    """
+    rows = _session_by_prefix.rows(prefix=prefix)
+    if not rows:
+        return None
+    session, name, workspace, project = instances_from_row(rows[0], *_SESSION_MODELS)
+    workspace.project = project
+    session.name = name
+    session.workspace = workspace
+    session.notes_maybe_pending = bool(rows[0][-1])
+    return session
+
+
 class SessionTokenAuthentication(authentication.BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[Session, Session] | None:
         parsed = bearer_credential(request)
@@ -47,11 +83,7 @@ class SessionTokenAuthentication(authentication.BaseAuthentication):
                 "session_token_required",
                 "This call needs a session token; a project key only starts sessions.",
             )
-        session = (
-            Session.objects.select_related("name", "workspace__project")
-            .filter(token_prefix=parsed.prefix)
-            .first()
-        )
+        session = session_for_prefix(parsed.prefix)
         if session is None or not credentials.matches(parsed.raw, session.token_hash):
             raise _fail("invalid_token", "The session token is not known.")
         if session.ended_at is not None:

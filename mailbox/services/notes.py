@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from mailbox import wakeups
@@ -301,16 +301,48 @@ def _add_participant(conversation: Conversation, name: AgentName, *, wrote: bool
 # --- delivery ------------------------------------------------------------------
 
 
-def _pending_q(session: Session) -> Q:
-    """Notes pending for ``session`` (SPEC §3.4), as one filter."""
-    return Q(delivered_at__isnull=True) & (
-        Q(bound_session_id=session.pk)
-        | Q(bound_session__isnull=True, recipient_id=session.name_id)
-        | (
-            Q(next_workspace_id=session.workspace_id, id__lte=session.notes_watermark)
-            & ~Q(sender_session_id=session.pk)
-        )
+def _pending_branches(session_pk, name_id, workspace_id, watermark) -> list[Q]:
+    """The three ways a note waits for a session (SPEC §3.4), one per partial index.
+
+    Kept apart so that each can be asked on its own: an OR across them leads
+    both planners to scan one partial index whole and filter, which grows
+    with the stored notes. Arguments are values or ``OuterRef``s.
+    """
+    return [
+        Q(delivered_at__isnull=True, bound_session_id=session_pk),
+        Q(delivered_at__isnull=True, bound_session__isnull=True, recipient_id=name_id),
+        Q(delivered_at__isnull=True, next_workspace_id=workspace_id, id__lte=watermark)
+        & ~Q(sender_session_id=session_pk),
+    ]
+
+
+def _session_branches(session: Session) -> list[Q]:
+    return _pending_branches(
+        session.pk, session.name_id, session.workspace_id, session.notes_watermark
     )
+
+
+def _pending_q(session: Session) -> Q:
+    """Notes pending for ``session``, as one filter."""
+    first, *rest = _session_branches(session)
+    for branch in rest:
+        first |= branch
+    return first
+
+
+def pending_exists() -> Q:
+    """Whether notes wait for the session row of the outer query.
+
+    Authentication asks this in the same query that finds the session, so a
+    call with nothing pending (nearly every call) needs no query of its own
+    for the piggyback: see ``notes_claim``.
+    """
+    refs = (OuterRef("pk"), OuterRef("name_id"), OuterRef("workspace_id"))
+    branches = _pending_branches(*refs, OuterRef("notes_watermark"))
+    first, *rest = [Exists(Note.objects.filter(branch)) for branch in branches]
+    for exists in rest:
+        first |= exists
+    return first
 
 
 def notes_pending(session: Session) -> QuerySet[Note]:
@@ -320,16 +352,24 @@ def notes_pending(session: Session) -> QuerySet[Note]:
 def notes_claim(session: Session) -> list[Note]:
     """Deliver every pending note to ``session``, exactly once, oldest first.
 
-    The cheap path (nothing pending) is a single indexed SELECT. Otherwise a
-    conditional UPDATE stamps a fresh claim token on the rows that are still
-    undelivered; of several racing claimers each row goes to whichever
-    UPDATE reaches it first (PostgreSQL re-checks ``delivered_at IS NULL``
-    after waiting on the row lock; SQLite runs writers one at a time), and
-    each claimer reads back only the rows carrying its own token.
+    Authentication leaves ``session.notes_maybe_pending``; when it says
+    nothing was pending a moment ago, the first claim of the request is
+    skipped (a note committed in between is delivered by the next call, as
+    if it had come a moment later). Otherwise a conditional UPDATE stamps a
+    fresh claim token on the rows that are still undelivered; of several
+    racing claimers each row goes to whichever UPDATE reaches it first
+    (PostgreSQL re-checks ``delivered_at IS NULL`` after waiting on the row
+    lock; SQLite runs writers one at a time), and each claimer reads back
+    only the rows carrying its own token.
     """
-    candidate_ids = list(
-        notes_pending(session).order_by("id").values_list("id", flat=True)[:MAX_CLAIM]
-    )
+    if not getattr(session, "notes_maybe_pending", True):
+        session.notes_maybe_pending = True  # a hint for one claim, not for the request
+        return []
+    first, *rest = [
+        Note.objects.filter(branch).order_by().values_list("id", flat=True)
+        for branch in _session_branches(session)
+    ]
+    candidate_ids = list(first.union(*rest).order_by("id")[:MAX_CLAIM])
     if not candidate_ids:
         return []
     claim = secrets.token_hex(16)
@@ -367,6 +407,10 @@ def notes_wait(session: Session, *, wait: float) -> list[Note]:
     transaction is held while waiting.
     """
     deadline = time.monotonic() + wait
+    if wait > 0:
+        # The authentication hint predates the wake-up generation read below;
+        # a note committed in between would wake no one, so waiters look.
+        session.notes_maybe_pending = True
     while True:
         generation = wakeups.current_generation()
         notes = notes_claim(session)

@@ -238,14 +238,15 @@ def test_last_seen_at_is_refreshed_without_a_write_on_every_request(agent_sessio
     assert agent_session.last_seen_at > long_ago
     refreshed = agent_session.last_seen_at
 
-    # Within the write interval: authentication and the notes check, no write.
+    # Within the write interval: authentication (which also asks whether notes
+    # wait), no write.
     with CaptureQueriesContext(connection) as second:
         session_client.get("/api/v1/sessions/current/")
     agent_session.refresh_from_db()
     assert agent_session.last_seen_at == refreshed
     assert [q for q in first.captured_queries if q["sql"].startswith("UPDATE")]
     assert not [q for q in second.captured_queries if not q["sql"].startswith("SELECT")]
-    assert len(second.captured_queries) == 2
+    assert len(second.captured_queries) == 1
 
 
 def test_two_sessions_of_different_names_coexist_in_a_workspace(workspace):

@@ -1,0 +1,109 @@
+"""Queries that nearly every request runs, compiled to SQL once per process.
+
+Turning a queryset into SQL costs a few hundred microseconds of Python each
+time (the ORM resolves every lookup, join and column again), which is more
+than SQLite or PostgreSQL need to answer these small indexed queries. A
+``Prepared`` query is built by the ORM once, on first use, with a sentinel
+value for each parameter; afterwards only its parameters change. Rows pass
+through the same converters the ORM applies, so values come back as the ORM
+would return them.
+
+Only for hot paths that the benchmark shows (``make bench``); everything else
+uses the ORM directly.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import connections
+from django.db.models import Model, QuerySet
+
+# Far outside any id, count or seq that plumb stores, so that a sentinel is
+# never confused with a constant of the query itself.
+_SENTINEL_BASE = -7_300_000_001
+
+
+class Prepared:
+    """A ``values_list()`` queryset compiled once and then run with fresh parameters.
+
+    ``build`` receives one keyword per name in ``params`` and returns the
+    queryset. It is called once with a distinct integer sentinel per
+    parameter; wherever a sentinel (or its text, for a text column) appears
+    among the compiled SQL's parameters, ``rows()`` puts the value given for
+    that name. Compiling fails loudly if a parameter vanished on the way (an
+    ORM that folded it into the SQL text), rather than run the wrong query.
+    """
+
+    def __init__(self, build: Callable[..., QuerySet], params: Sequence[str]) -> None:
+        self._build = build
+        self._names = list(params)
+        self._compiled: dict[str, tuple[str, list[tuple[bool, Any]], list]] = {}
+        self._lock = threading.Lock()
+
+    def _compile(self, using: str) -> tuple[str, list[tuple[bool, Any]], list]:
+        sentinels = {name: _SENTINEL_BASE - i for i, name in enumerate(self._names)}
+        slot_of: dict[Any, str] = {}
+        for name, value in sentinels.items():
+            slot_of[value] = name
+            slot_of[str(value)] = name
+        compiler = self._build(**sentinels).query.get_compiler(using=using)
+        sql, compiled_params = compiler.as_sql()
+        slots = [
+            (True, slot_of[p]) if _hashable(p) and p in slot_of else (False, p)
+            for p in compiled_params
+        ]
+        missing = set(self._names) - {name for is_slot, name in slots if is_slot}
+        if missing:
+            raise ValueError(f"parameters not found in the compiled query: {sorted(missing)}")
+        converters = list(compiler.get_converters([col for col, _, _ in compiler.select]).items())
+        return sql, slots, converters
+
+    def rows(self, using: str = "default", **values: Any) -> list[list[Any]]:
+        compiled = self._compiled.get(using)
+        if compiled is None:
+            with self._lock:
+                compiled = self._compiled.get(using) or self._compile(using)
+                self._compiled[using] = compiled
+        sql, slots, converters = compiled
+        params = [values[value] if is_slot else value for is_slot, value in slots]
+        connection = connections[using]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            fetched = cursor.fetchall()
+        rows = []
+        for raw in fetched:
+            row = list(raw)
+            for position, (functions, expression) in converters:
+                value = row[position]
+                for convert in functions:
+                    value = convert(value, expression, connection)
+                row[position] = value
+            rows.append(row)
+        return rows
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def concrete_attnames(model: type[Model]) -> list[str]:
+    """The model's column attributes in ``from_db`` order."""
+    return [f.attname for f in model._meta.concrete_fields]
+
+
+def instances_from_row(row: Sequence[Any], *models: type[Model], using: str = "default"):
+    """Split a row of ``concrete_attnames`` of each model in turn into instances."""
+    start = 0
+    instances = []
+    for model in models:
+        names = concrete_attnames(model)
+        instances.append(model.from_db(using, names, row[start : start + len(names)]))
+        start += len(names)
+    return instances

@@ -1,0 +1,102 @@
+"""Queries compiled once per process give what the ORM would give."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from django.db import connection
+from django.db.models import Count, Q
+from django.test.utils import CaptureQueriesContext
+
+from mailbox.models import AgentName, Session
+from plumb_site.prepared import Prepared, concrete_attnames, instances_from_row
+from tests.factories import SessionFactory
+
+
+def _sessions_named(handle):
+    return (
+        Session.objects.filter(name__handle=handle)
+        .order_by("id")
+        .values_list("id", "started_at", "name__handle")
+    )
+
+
+@pytest.fixture
+def sessions(workspace):
+    return [SessionFactory(workspace=workspace, name=n) for n in ("ann", "ben", "cy")]
+
+
+def test_rows_equal_the_orm_for_each_set_of_parameters(sessions):
+    prepared = Prepared(_sessions_named, params=["handle"])
+
+    for session in sessions:
+        rows = prepared.rows(handle=session.name.handle)
+
+        assert rows == [list(row) for row in _sessions_named(session.name.handle)]
+        assert isinstance(rows[0][1], datetime)  # converters ran, as the ORM's do
+    assert prepared.rows(handle="nobody") == []
+
+
+def test_sql_is_built_once_and_the_query_is_the_orms(sessions):
+    built = []
+
+    def build(handle):
+        built.append(handle)
+        return _sessions_named(handle)
+
+    prepared = Prepared(build, params=["handle"])
+    with CaptureQueriesContext(connection) as queries:
+        prepared.rows(handle="ann")
+        prepared.rows(handle="ben")
+        list(_sessions_named("ben"))
+
+    assert len(built) == 1
+    first, second, by_the_orm = (q["sql"] for q in queries.captured_queries)
+    assert second == by_the_orm != first
+
+
+def test_several_parameters_of_several_types_fill_their_own_places(sessions):
+    def build(low, high, handle):
+        return (
+            AgentName.objects.filter(Q(id__gte=low, id__lte=high) | Q(handle=handle))
+            .order_by()
+            .values("workspace_id")
+            .annotate(n=Count("id"))
+            .values_list("n")
+        )
+
+    prepared = Prepared(build, params=["low", "high", "handle"])
+    ids = sorted(s.name_id for s in sessions)
+
+    assert prepared.rows(low=ids[0], high=ids[0], handle="cy") == [[2]]
+    assert prepared.rows(low=ids[0], high=ids[2], handle="nobody") == [[3]]
+    assert prepared.rows(low=0, high=0, handle="ben") == [[1]]
+
+
+def test_a_parameter_the_query_does_not_use_is_refused(db):
+    prepared = Prepared(lambda handle, unused: _sessions_named(handle), params=["handle", "unused"])
+
+    with pytest.raises(ValueError, match="unused"):
+        prepared.rows(handle="ann", unused=1)
+
+
+def test_a_row_splits_into_one_instance_per_model(sessions):
+    session = sessions[0]
+    row = (
+        Session.objects.filter(pk=session.pk)
+        .values_list(
+            *concrete_attnames(Session), *(f"name__{f}" for f in concrete_attnames(AgentName))
+        )
+        .get()
+    )
+
+    loaded, name = instances_from_row(row, Session, AgentName)
+
+    assert (loaded.pk, loaded.token_prefix, loaded.started_at) == (
+        session.pk,
+        session.token_prefix,
+        session.started_at,
+    )
+    assert (name.pk, name.handle) == (session.name_id, "ann")
+    assert not loaded._state.adding
