@@ -82,7 +82,17 @@ def events_page(
     events = Event.objects.filter(room=room, seq__gt=after_seq)
     if kinds:
         events = events.filter(kind__in=kinds)
-    page = list(with_event_relations(events.order_by("seq"))[: limit + 1])
+    # The room is known (and every event's message is in it), so it is not
+    # joined in twice per row: that built two Room objects per event.
+    page = list(
+        events.select_related("actor", "message__author", "message__reply_to").order_by("seq")[
+            : limit + 1
+        ]
+    )
+    for event in page:
+        event.room = room
+        if event.message_id is not None:
+            event.message.room = room
     return page[:limit], len(page) > limit
 
 

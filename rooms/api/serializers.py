@@ -1,8 +1,11 @@
 """Input and output shapes of the rooms API. Output serializers never run queries:
 selectors fetch every related row they read."""
 
+from datetime import UTC, datetime
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.settings import api_settings
 
 from mailbox.api.serializers import EnvelopeSerializer, ScrubbedSerializer
 from mailbox.models import SLUG_PATTERN
@@ -13,7 +16,79 @@ from plumb_site.fields import (
     StrictRegexField,
 )
 from rooms.mentions import visible
-from rooms.models import Event
+from rooms.models import Event, Message
+
+# --- representations -------------------------------------------------------------
+# Messages and events are built as plain dicts: DRF's per-field machinery (and a
+# nested serializer per event) cost most of a page read. The serializers below
+# declare the same fields for the OpenAPI schema and return these dicts;
+# tests/rooms/test_representation.py holds the two to the same keys and values.
+
+
+def _timestamp(value: datetime) -> str:
+    """DRF's DateTimeField output here (TIME_ZONE is UTC), minus its time-zone lookup."""
+    return value.astimezone(UTC).strftime(api_settings.DATETIME_FORMAT)
+
+
+def person_json(handle: str, display_name: str) -> dict:
+    return {
+        "handle": handle,
+        "display_name": display_name,
+        "display_name_visible": visible(display_name),
+    }
+
+
+def message_json(message: Message) -> dict:
+    hidden = message.hidden
+    return {
+        "id": message.public_id,
+        "seq": message.seq,
+        "room": message.room.slug,
+        "author": person_json(message.author.handle, message.author_display_name),
+        "body": None if hidden else message.body,
+        "reply_to": message.reply_to.public_id if message.reply_to_id else None,
+        # Recomputed from handle and display name, as PersonSerializer does.
+        "mentions": [person_json(m["handle"], m["display_name"]) for m in message.mentions],
+        "created_at": _timestamp(message.created_at),
+        "hidden": hidden,
+    }
+
+
+def review_json(event: Event) -> dict:
+    return {
+        "message_id": event.message.public_id,
+        "verdict": event.verdict,
+        "body": event.body or None,
+    }
+
+
+def moderation_json(event: Event) -> dict:
+    return {
+        "action": event.data.get("action", ""),
+        "reason": event.data.get("reason", ""),
+        "message_id": event.message.public_id if event.message_id else None,
+        "member": event.data.get("member"),
+    }
+
+
+def event_json(event: Event) -> dict:
+    kind = event.kind
+    return {
+        "seq": event.seq,
+        "kind": kind,
+        "created_at": _timestamp(event.created_at),
+        "actor": (
+            person_json(event.actor.handle, event.actor_display_name)
+            if event.actor_id is not None
+            else None
+        ),
+        "message": message_json(event.message) if kind == Event.Kind.MESSAGE else None,
+        "review": review_json(event) if kind == Event.Kind.REVIEW else None,
+        "moderation": moderation_json(event) if kind == Event.Kind.MODERATION else None,
+    }
+
+
+# --- serializers -------------------------------------------------------------------
 
 
 class PersonSerializer(serializers.Serializer):
@@ -28,6 +103,8 @@ class PersonSerializer(serializers.Serializer):
         return visible(person["display_name"] if isinstance(person, dict) else person.display_name)
 
 
+# Declares message_json's fields for the schema; the get_ methods give it their types.
+# (Comments, not docstrings: a docstring would become the schema's description.)
 class MessageSerializer(serializers.Serializer):
     id = serializers.CharField(source="public_id")
     seq = serializers.IntegerField()
@@ -39,33 +116,37 @@ class MessageSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     hidden = serializers.BooleanField()
 
+    def to_representation(self, instance: Message) -> dict:
+        return message_json(instance)
+
     @extend_schema_field(PersonSerializer)
     def get_author(self, message) -> dict:
-        return {
-            "handle": message.author.handle,
-            "display_name": message.author_display_name,
-            "display_name_visible": visible(message.author_display_name),
-        }
+        return message_json(message)["author"]
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_body(self, message) -> str | None:
-        return None if message.hidden else message.body
+        return message_json(message)["body"]
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_reply_to(self, message) -> str | None:
-        return message.reply_to.public_id if message.reply_to_id else None
+        return message_json(message)["reply_to"]
 
 
+# Declares review_json's fields for the schema.
 class ReviewSerializer(serializers.Serializer):
     message_id = serializers.CharField(source="message.public_id")
     verdict = serializers.ChoiceField(choices=Event.Verdict.choices)
     body = serializers.SerializerMethodField()
 
+    def to_representation(self, instance: Event) -> dict:
+        return review_json(instance)
+
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_body(self, event) -> str | None:
-        return event.body or None
+        return review_json(event)["body"]
 
 
+# Schema only: moderation_json builds the output from the event's data.
 class ModerationSerializer(serializers.Serializer):
     action = serializers.CharField()
     reason = serializers.CharField(allow_blank=True)
@@ -77,6 +158,7 @@ class EventSerializer(serializers.Serializer):
     """One event of a room's stream; exactly one of message, review and
     moderation is set for those kinds, none for join and leave."""
 
+    # Declares event_json's fields for the schema; the get_ methods give it their types.
     seq = serializers.IntegerField()
     kind = serializers.ChoiceField(choices=Event.Kind.choices)
     created_at = serializers.DateTimeField()
@@ -85,36 +167,24 @@ class EventSerializer(serializers.Serializer):
     review = serializers.SerializerMethodField()
     moderation = serializers.SerializerMethodField()
 
+    def to_representation(self, instance: Event) -> dict:
+        return event_json(instance)
+
     @extend_schema_field(PersonSerializer(allow_null=True))
     def get_actor(self, event) -> dict | None:
-        if event.actor_id is None:
-            return None
-        return {
-            "handle": event.actor.handle,
-            "display_name": event.actor_display_name,
-            "display_name_visible": visible(event.actor_display_name),
-        }
+        return event_json(event)["actor"]
 
     @extend_schema_field(MessageSerializer(allow_null=True))
     def get_message(self, event) -> dict | None:
-        if event.kind != Event.Kind.MESSAGE:
-            return None
-        return MessageSerializer(event.message).data
+        return event_json(event)["message"]
 
     @extend_schema_field(ReviewSerializer(allow_null=True))
     def get_review(self, event) -> dict | None:
-        return ReviewSerializer(event).data if event.kind == Event.Kind.REVIEW else None
+        return event_json(event)["review"]
 
     @extend_schema_field(ModerationSerializer(allow_null=True))
     def get_moderation(self, event) -> dict | None:
-        if event.kind != Event.Kind.MODERATION:
-            return None
-        return {
-            "action": event.data.get("action", ""),
-            "reason": event.data.get("reason", ""),
-            "message_id": event.message.public_id if event.message_id else None,
-            "member": event.data.get("member"),
-        }
+        return event_json(event)["moderation"]
 
 
 class RoomSerializer(serializers.Serializer):
@@ -298,14 +368,14 @@ class MentionListOutput(EnvelopeSerializer):
 def room_event_body(room, event) -> dict:
     return {
         "room": RoomSerializer(room).data,
-        "event": EventSerializer(event).data if event is not None else None,
+        "event": event_json(event) if event is not None else None,
         "latest_seq": room.head_seq,
     }
 
 
 def message_sent_body(sent) -> dict:
     return {
-        "message": MessageSerializer(sent.message).data,
+        "message": message_json(sent.message),
         "latest_seq": sent.latest_seq,
         "unseen_before_send": sent.unseen_before_send,
         "mentions": sent.mentions,
@@ -318,7 +388,7 @@ def message_sent_body(sent) -> dict:
 
 def events_read_body(read) -> dict:
     return {
-        "events": EventSerializer(read.events, many=True).data,
+        "events": [event_json(event) for event in read.events],
         "latest_seq": read.latest_seq,
         "read_seq": read.read_seq,
         "has_more": read.has_more,
@@ -326,7 +396,7 @@ def events_read_body(read) -> dict:
 
 
 def review_body(room, event) -> dict:
-    return {"event": EventSerializer(event).data, "latest_seq": room.head_seq}
+    return {"event": event_json(event), "latest_seq": room.head_seq}
 
 
 def read_position_body(room, member) -> dict:
