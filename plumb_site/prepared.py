@@ -107,3 +107,67 @@ def instances_from_row(row: Sequence[Any], *models: type[Model], using: str = "d
         instances.append(model.from_db(using, names, row[start : start + len(names)]))
         start += len(names)
     return instances
+
+
+class PreparedInsert:
+    """Saves a new instance with ``INSERT ... RETURNING`` its key, the SQL built once.
+
+    Every concrete field but the automatic key is written, its value taken
+    through ``pre_save`` and ``get_db_prep_save`` as ``Model.save()`` does.
+    No signals are sent: only for models that have no receivers.
+    """
+
+    def __init__(self, model: type[Model]) -> None:
+        self._model = model
+        self._fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+        self._sql: dict[str, str] = {}
+
+    def insert(self, instance: Model, using: str = "default") -> None:
+        connection = connections[using]
+        sql = self._sql.get(using)
+        if sql is None:
+            quote = connection.ops.quote_name
+            meta = self._model._meta
+            columns = ", ".join(quote(f.column) for f in self._fields)
+            marks = ", ".join(["%s"] * len(self._fields))
+            sql = self._sql[using] = (
+                f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks}) "
+                f"RETURNING {quote(meta.pk.column)}"
+            )
+        params = [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in self._fields]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            instance.pk = cursor.fetchone()[0]
+        instance._state.adding = False
+        instance._state.db = using
+
+
+class PreparedUpdate:
+    """``UPDATE table SET ... WHERE pk = %s [AND extra]``, the SQL built once per process.
+
+    ``where`` is an optional condition on the row, written with column names
+    and ``%s`` (for example ``"read_seq" < %s``), for conditional updates.
+    """
+
+    def __init__(self, model: type[Model], fields: Sequence[str], where: str = "") -> None:
+        self._model = model
+        self._fields = [model._meta.get_field(name) for name in fields]
+        self._where = where
+        self._sql: dict[str, str] = {}
+
+    def update(self, pk: Any, *where_params: Any, using: str = "default", **values: Any) -> int:
+        connection = connections[using]
+        sql = self._sql.get(using)
+        if sql is None:
+            quote = connection.ops.quote_name
+            meta = self._model._meta
+            assignments = ", ".join(f"{quote(f.column)} = %s" for f in self._fields)
+            extra = f" AND {self._where}" if self._where else ""
+            sql = self._sql[using] = (
+                f"UPDATE {quote(meta.db_table)} SET {assignments} "
+                f"WHERE {quote(meta.pk.column)} = %s{extra}"
+            )
+        params = [f.get_db_prep_save(values[f.attname], connection) for f in self._fields]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, pk, *where_params])
+            return cursor.rowcount

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Count, FilteredRelation, Q
 from django.utils import timezone
 
 from mailbox.bodies import body_prepare, idempotency_key_check
@@ -23,6 +23,13 @@ from mailbox.models import AgentName, Session
 from mailbox.selectors import optin_allows
 from mailbox.services.identity import slug_check
 from plumb_site.errors import ValidationFailed
+from plumb_site.prepared import (
+    Prepared,
+    PreparedInsert,
+    PreparedUpdate,
+    concrete_attnames,
+    instances_from_row,
+)
 from rooms import mentions as mention_rules
 from rooms.errors import (
     MemberMuted,
@@ -75,11 +82,21 @@ def _current_member(room: Room, name_id: int) -> Member:
     return member
 
 
+# Every event and message goes through these; their SQL is built once per
+# process (plumb_site.prepared). Rooms have no signal receivers.
+_set_head_seq = PreparedUpdate(Room, ["head_seq"])
+_insert_event = PreparedInsert(Event)
+_insert_message = PreparedInsert(Message)
+_advance_read_seq = PreparedUpdate(Member, ["read_seq"], where='"read_seq" < %s')
+
+
 def append_event(room: Room, **fields: Any) -> Event:
     """Insert the room's next event. The caller holds the room row lock."""
     room.head_seq += 1
-    Room.objects.filter(pk=room.pk).update(head_seq=F("head_seq") + 1)
-    return Event.objects.create(room=room, seq=room.head_seq, **fields)
+    _set_head_seq.update(room.pk, head_seq=room.head_seq)
+    event = Event(room=room, seq=room.head_seq, **fields)
+    _insert_event.insert(event)
+    return event
 
 
 # --- rooms and members ------------------------------------------------------------
@@ -255,6 +272,49 @@ def message_send(
     return sent
 
 
+# A send's two reads, compiled once per process (plumb_site.prepared): the
+# room row, locked (of=("self",): not the member row), with the caller's
+# current membership; then, in one pass over the events from others above
+# the lower of the two positions, what the sender has not seen and whether
+# it was caught up.
+_room_with_member = Prepared(
+    lambda slug, name_id: (
+        Room.objects.select_for_update(of=("self",))
+        .annotate(
+            me=FilteredRelation(
+                "members", condition=Q(members__name_id=name_id, members__left_at__isnull=True)
+            )
+        )
+        .filter(slug=slug)
+        .order_by()
+        .values_list(*concrete_attnames(Room), *(f"me__{f}" for f in concrete_attnames(Member)))
+    ),
+    params=["slug", "name_id"],
+)
+_events_from_others = Prepared(
+    lambda room_id, name_id, lower, reference, read_seq: (
+        Event.objects.filter(room_id=room_id, seq__gt=lower)
+        .exclude(actor_id=name_id)
+        .order_by()
+        .values("room_id")
+        .annotate(
+            unseen=Count("pk", filter=Q(kind=Event.Kind.MESSAGE, seq__gt=reference)),
+            newer=Count("pk", filter=Q(seq__gt=read_seq)),
+        )
+        .values_list("unseen", "newer")
+    ),
+    params=["room_id", "name_id", "lower", "reference", "read_seq"],
+)
+
+
+def _lock_room_with_member(slug: str, name_id: int) -> tuple[Room, Member | None]:
+    rows = _room_with_member.rows(slug=slug, name_id=name_id)
+    if not rows:
+        raise RoomNotFound(f"No room is named {slug!r}.")
+    room, member = instances_from_row(rows[0], Room, Member)
+    return room, member if member.pk is not None else None
+
+
 def _send_locked(
     session: Session,
     slug: str,
@@ -266,14 +326,15 @@ def _send_locked(
     require_read: bool,
 ) -> MessageSent:
     with transaction.atomic():
-        room = lock_room(slug)
+        room, member = _lock_room_with_member(slug, session.name_id)
         # Step 2 first: a retry of a send that succeeded replays even if the
         # room moved on, was locked, or the author has since left.
         if idempotency_key is not None:
             replay = _replay(room, session.name_id, idempotency_key, text, reply_to)
             if replay is not None:
                 return replay
-        member = _current_member(room, session.name_id)
+        if member is None:
+            raise NotAMember()
         if member.muted:
             raise MemberMuted()
         if room.locked:
@@ -285,20 +346,33 @@ def _send_locked(
                 raise MessageNotFound(details={"reply_to": reply_to})
 
         reference = after_seq if after_seq is not None else member.read_seq
-        from_others = Event.objects.filter(room=room).exclude(actor_id=session.name_id)
         if require_read:
-            blocking = from_others.filter(seq__gt=reference, kind__in=BLOCKING_KINDS)
+            blocking = Event.objects.filter(
+                room=room, seq__gt=reference, kind__in=BLOCKING_KINDS
+            ).exclude(actor_id=session.name_id)
             unseen = list(with_event_relations(blocking.order_by("seq"))[:MAX_UNSEEN_LISTED])
             if unseen:
                 raise UnreadMessages(
                     events=unseen, unseen_count=blocking.count(), latest_seq=room.head_seq
                 )
-        unseen_before_send = from_others.filter(seq__gt=reference, kind=Event.Kind.MESSAGE).count()
-        caught_up = not from_others.filter(seq__gt=member.read_seq).exists()
+        counts = _events_from_others.rows(
+            room_id=room.pk,
+            name_id=session.name_id,
+            lower=min(reference, member.read_seq),
+            reference=reference,
+            read_seq=member.read_seq,
+        )
+        unseen_before_send, newer_than_read = counts[0] if counts else (0, 0)
 
         resolved = _resolve_mentions(room, text)
+        # What this send reported is kept, so that a replay answers the same.
+        report = {
+            "unseen_before_send": unseen_before_send,
+            "unresolved_mentions": resolved["unresolved"],
+            "mention_warnings": resolved["warnings"],
+        }
         now = timezone.now()
-        message = Message.objects.create(
+        message = Message(
             room=room,
             seq=room.head_seq + 1,
             author=session.name,
@@ -307,8 +381,10 @@ def _send_locked(
             reply_to=parent,
             idempotency_key=idempotency_key,
             mentions=resolved["mentions"],
+            send_report=report,
             created_at=now,
         )
+        _insert_message.insert(message)
         append_event(
             room,
             kind=Event.Kind.MESSAGE,
@@ -323,19 +399,8 @@ def _send_locked(
             )
         # Step 5: the sender has seen everything up to its own message only if
         # nothing from others sat above its read position.
-        if caught_up:
-            Member.objects.filter(pk=member.pk, read_seq__lt=message.seq).update(
-                read_seq=message.seq
-            )
-        message.reply_to = parent
-        message.author = session.name
-        # What this send reported is kept, so that a replay answers the same.
-        report = {
-            "unseen_before_send": unseen_before_send,
-            "unresolved_mentions": resolved["unresolved"],
-            "mention_warnings": resolved["warnings"],
-        }
-        Message.objects.filter(pk=message.pk).update(send_report=report)
+        if not newer_than_read:
+            _advance_read_seq.update(member.pk, message.seq, read_seq=message.seq)
     return MessageSent(
         message=message,
         latest_seq=room.head_seq,

@@ -10,7 +10,15 @@ from django.db.models import Count, Q
 from django.test.utils import CaptureQueriesContext
 
 from mailbox.models import AgentName, Session
-from plumb_site.prepared import Prepared, concrete_attnames, instances_from_row
+from plumb_site.prepared import (
+    Prepared,
+    PreparedInsert,
+    PreparedUpdate,
+    concrete_attnames,
+    instances_from_row,
+)
+from rooms.models import Event, Member
+from rooms.services import room_create
 from tests.factories import SessionFactory
 
 
@@ -100,3 +108,34 @@ def test_a_row_splits_into_one_instance_per_model(sessions):
     )
     assert (name.pk, name.handle) == (session.name_id, "ann")
     assert not loaded._state.adding
+
+
+def test_an_insert_stores_what_save_would_store(sessions):
+    room, _ = room_create(sessions[0], slug="lab")
+    fields = dict(room=room, kind=Event.Kind.MODERATION, actor=sessions[0].name, data={"a": [1]})
+    by_save = Event.objects.create(seq=2, **fields)
+    prepared = Event(seq=3, **fields)
+
+    PreparedInsert(Event).insert(prepared)
+
+    assert prepared.pk is not None
+    assert not prepared._state.adding
+    stored = Event.objects.values().get(pk=prepared.pk)
+    expected = Event.objects.values().get(pk=by_save.pk)
+    differing = {"id", "seq", "created_at"}
+    assert {k: v for k, v in stored.items() if k not in differing} == {
+        k: v for k, v in expected.items() if k not in differing
+    }
+    assert stored["created_at"] == prepared.created_at  # the default was taken on the instance
+
+
+def test_an_update_changes_only_the_rows_its_condition_allows(sessions):
+    room_create(sessions[0], slug="lab")
+    member = Member.objects.get(room__slug="lab")
+    Member.objects.filter(pk=member.pk).update(read_seq=5)
+    advance = PreparedUpdate(Member, ["read_seq"], where='"read_seq" < %s')
+
+    assert advance.update(member.pk, 3, read_seq=3) == 0
+    assert advance.update(member.pk, 9, read_seq=9) == 1
+    member.refresh_from_db()
+    assert member.read_seq == 9
