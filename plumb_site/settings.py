@@ -143,6 +143,7 @@ def database_config() -> dict:
     except Exception as exc:  # dj-database-url raises several types for bad URLs
         raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
     if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["ENGINE"] = "plumb_site.sqlite"  # writers queue before taking the lock
         config["OPTIONS"] = {
             # IMMEDIATE takes the write lock when a transaction starts. With the
             # default DEFERRED, two read-then-write transactions both read, then

@@ -358,8 +358,7 @@ def test_a_secret_reaches_neither_the_database_file_nor_responses_nor_logs(caplo
     for leak in leaks:
         for column in text_columns:
             assert not Note.objects.filter(**{f"{column}__contains": leak}).exists(), column
-    engine = connection.settings_dict["ENGINE"]
-    if engine == "django.db.backends.sqlite3":
+    if connection.vendor == "sqlite":
         path = Path(connection.settings_dict["NAME"])
         files = [p for p in (path, Path(f"{path}-wal"), Path(f"{path}-journal")) if p.exists()]
         assert path in files

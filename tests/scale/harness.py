@@ -71,13 +71,12 @@ def database_url() -> str:
     PostgreSQL, ``var/test-<pid>.sqlite3`` on SQLite), not the one in settings.
     """
     config = connection.settings_dict
-    engine = config["ENGINE"]
     name = str(config["NAME"])
-    if engine == "django.db.backends.sqlite3":
+    if connection.vendor == "sqlite":
         if name == ":memory:" or "mode=memory" in name:
             raise RuntimeError("an in-memory SQLite database cannot be shared with a server")
         return f"sqlite:///{Path(name).resolve()}"
-    if engine == "django.db.backends.postgresql":
+    if connection.vendor == "postgresql":
         user = quote(config.get("USER") or "", safe="")
         password = quote(config.get("PASSWORD") or "", safe="")
         auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
@@ -88,7 +87,7 @@ def database_url() -> str:
             host = f"[{host}]"
         port = f":{config['PORT']}" if config.get("PORT") else ""
         return f"postgres://{auth}{host}{port}/{quote(name, safe='')}"
-    raise RuntimeError(f"no DATABASE_URL for engine {engine}")
+    raise RuntimeError(f"no DATABASE_URL for engine {config['ENGINE']}")
 
 
 def vendor() -> str:

@@ -1,0 +1,186 @@
+"""SQLite writers queue before they take the lock (plumb_site.sqlite), without changing results.
+
+These tests use their own SQLite file through plumb's backend, so they run
+whichever database the rest of the suite uses.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import multiprocessing
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from django.db.utils import ConnectionHandler, OperationalError
+
+from plumb_site.sqlite import base as queue_backend
+
+INCREMENTS = 40
+
+
+def _wrapper(path: str, timeout: float = 10):
+    handler = ConnectionHandler(
+        {
+            "default": {
+                "ENGINE": "plumb_site.sqlite",
+                "NAME": path,
+                "OPTIONS": {
+                    "transaction_mode": "IMMEDIATE",
+                    "timeout": timeout,
+                    "init_command": "PRAGMA journal_mode=WAL;",
+                },
+            }
+        }
+    )
+    return handler["default"]
+
+
+def _write_in_transaction(wrapper, sql: str) -> None:
+    """What ``transaction.atomic()`` does with the wrapper, minus the savepoint machinery."""
+    wrapper.ensure_connection()
+    wrapper._start_transaction_under_autocommit()
+    with wrapper.cursor() as cursor:
+        cursor.execute(sql)
+    wrapper.commit()
+
+
+def _increment(path: str, times: int) -> None:
+    """Read, then write a greater value: loses updates unless writers are kept apart."""
+    wrapper = _wrapper(path)
+    for _ in range(times):
+        wrapper.ensure_connection()
+        wrapper._start_transaction_under_autocommit()
+        with wrapper.cursor() as cursor:
+            cursor.execute("SELECT n FROM counter")
+            (n,) = cursor.fetchone()
+            cursor.execute("UPDATE counter SET n = %s", [n + 1])
+        wrapper.commit()
+    wrapper.close()
+
+
+@pytest.fixture(autouse=True)
+def own_database_allowed(django_db_blocker):
+    # pytest-django guards the project's database; these tests use a file of their own.
+    with django_db_blocker.unblock():
+        yield
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> str:
+    path = str(tmp_path / "queue.sqlite3")
+    wrapper = _wrapper(path)
+    with wrapper.cursor() as cursor:
+        cursor.execute("CREATE TABLE counter (n INTEGER NOT NULL)")
+        cursor.execute("INSERT INTO counter (n) VALUES (0)")
+    wrapper.close()
+    return path
+
+
+def _count(path: str) -> int:
+    wrapper = _wrapper(path)
+    with wrapper.cursor() as cursor:
+        cursor.execute("SELECT n FROM counter")
+        (n,) = cursor.fetchone()
+    wrapper.close()
+    return n
+
+
+def test_threads_and_processes_write_one_at_a_time_and_lose_nothing(database):
+    spawn = multiprocessing.get_context("spawn")
+    processes = [spawn.Process(target=_increment, args=(database, INCREMENTS)) for _ in range(3)]
+    errors: list[BaseException] = []
+
+    def thread_body():
+        try:
+            _increment(database, INCREMENTS)
+        except BaseException as exc:  # reported below, with the count
+            errors.append(exc)
+
+    threads = [threading.Thread(target=thread_body) for _ in range(4)]
+    for worker in [*processes, *threads]:
+        worker.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    for process in processes:
+        process.join(timeout=120)
+
+    assert errors == []
+    assert [p.exitcode for p in processes] == [0, 0, 0]
+    assert _count(database) == INCREMENTS * (len(processes) + len(threads))
+
+
+@pytest.mark.parametrize("end", ["commit", "rollback", "close"])
+def test_the_queue_is_left_however_the_transaction_ends(database, end):
+    wrapper = _wrapper(database)
+    thread_lock, fd = queue_backend._queue_for(database)
+
+    wrapper.ensure_connection()
+    wrapper._start_transaction_under_autocommit()
+    assert thread_lock.locked()
+    getattr(wrapper, end)()
+
+    assert not thread_lock.locked()
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if still held
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    wrapper.close()
+
+
+def test_the_queue_is_left_when_begin_fails(database):
+    wrapper = _wrapper(database)
+    thread_lock, _ = queue_backend._queue_for(database)
+    wrapper.ensure_connection()
+    with wrapper.cursor() as cursor:
+        cursor.execute("BEGIN")  # outside the queue: the next BEGIN fails
+
+    with pytest.raises(OperationalError):
+        wrapper._start_transaction_under_autocommit()
+
+    assert not thread_lock.locked()
+    wrapper.close()
+
+
+def _hold_queue_file(path: str, held, release) -> None:
+    fd = os.open(f"{path}-writers.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    held.set()
+    release.wait(60)
+
+
+def test_a_queue_held_elsewhere_past_the_timeout_leaves_the_decision_to_sqlite(database):
+    # A stuck or foreign holder of the queue file must not block writers for
+    # ever: after SQLite's own busy timeout they go ahead, and SQLite, which
+    # nobody has locked, lets them write.
+    spawn = multiprocessing.get_context("spawn")
+    held, release = spawn.Event(), spawn.Event()
+    holder = spawn.Process(target=_hold_queue_file, args=(database, held, release))
+    holder.start()
+    try:
+        assert held.wait(60)
+        wrapper = _wrapper(database, timeout=0.3)
+        _write_in_transaction(wrapper, "UPDATE counter SET n = 7")
+        wrapper.close()
+    finally:
+        release.set()
+        holder.join(timeout=60)
+
+    assert _count(database) == 7
+
+
+def test_a_forked_process_queues_on_its_own_descriptor(database):
+    # flock belongs to the open file description: one inherited through fork
+    # would be shared with the parent and keep nothing apart.
+    parent_fd = queue_backend._queue_for(database)[1]
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child reports whether it got a fresh descriptor, then leaves
+        child_fd = queue_backend._queue_for(database)[1]
+        os.write(write_end, b"fresh" if child_fd != parent_fd else b"shared")
+        os._exit(0)
+    os.close(write_end)
+    answer = os.read(read_end, 16)
+    os.waitpid(pid, 0)
+    os.close(read_end)
+
+    assert answer == b"fresh"
