@@ -45,6 +45,10 @@ How a token resolves (handles only, never display names):
 * A token that matches no handle but has the same Unicode TR39 skeleton as one (Cyrillic
   U+043E for ``o``, ``1`` for ``l``) does not resolve: it is unresolved and gets a
   ``confusable`` warning naming each member it looks like.
+
+Cost: most messages mention no one. Every mention, unresolved token and warning starts at an
+at sign in the body, so :func:`resolve_mentions` returns at once for a body without one
+(:func:`may_mention`) and parses markdown only for the others.
 """
 
 from __future__ import annotations
@@ -101,6 +105,9 @@ _WORD_CHAR = regex.compile(r"\w")
 _GLUE_PUNCTUATION = frozenset("/.-+@")
 _TRAILING_PUNCTUATION = frozenset("._-")
 _MAX_HANDLE_LENGTH = 64
+# Every character _is_at_sign() accepts: "@" and the two compatibility forms that NFKC turns
+# into it, small U+FE6B and fullwidth U+FF20. The tests check this against every code point.
+_AT_SIGNS = ("@", "\ufe6b", "\uff20")
 
 # The CommonMark preset parses raw HTML into html_block/html_inline tokens, which lets them
 # be skipped. text_join is disabled so that escapes and entities stay visible as
@@ -144,8 +151,32 @@ def extract_mention_tokens(body: str) -> list[str]:
     return [at_sign + token for at_sign, token in _occurrences(body)]
 
 
+def may_mention(body: str) -> bool:
+    """Whether ``body`` can mention anyone; if not, it has no mention, token or warning either.
+
+    A mention starts at an at sign in the prose, and the prose is the ``text`` tokens, which
+    markdown-it cuts from the body itself (after normalising line endings). Everything else
+    :func:`_flatten` adds (line breaks, code, autolinks, stand-ins for images and tags,
+    escapes and entities decoded, such as ``\\@`` and ``&#64;``) never holds a mention's at
+    sign. So a body without any of ``_AT_SIGNS`` yields nothing, and looking for invisible or
+    look-alike characters would not change that: they only count inside a token, after its
+    at sign.
+    """
+    return any(at_sign in body for at_sign in _AT_SIGNS)
+
+
 def resolve_mentions(body: str, members: Iterable[Member]) -> MentionResult:
     """Resolve the mentions in ``body`` against the room's current ``members``.
+
+    The same result as :func:`resolve_mentions_full`, at once for a body without an at sign.
+    """
+    if not may_mention(body):
+        return MentionResult(mentions=[], unresolved=[], warnings=[])
+    return resolve_mentions_full(body, members)
+
+
+def resolve_mentions_full(body: str, members: Iterable[Member]) -> MentionResult:
+    """Resolve the mentions in ``body`` against ``members``, always parsing the markdown.
 
     Exact matches (after :func:`normalize_handle`) win over look-alikes at any length:
     ``@bob.`` resolves to ``bob`` even if some other member's skeleton equals ``bob.``.

@@ -439,7 +439,7 @@ def _replay(
 
 
 def _resolve_mentions(room: Room, text: str) -> dict[str, Any]:
-    if "@" not in text and "\uff20" not in text and "\ufe6b" not in text:
+    if not mention_rules.may_mention(text):
         return {"mentions": [], "names": [], "unresolved": [], "warnings": []}
     members = list(
         Member.objects.filter(room=room, left_at__isnull=True).values_list(

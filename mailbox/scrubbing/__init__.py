@@ -1,0 +1,149 @@
+"""Redact secrets from message bodies before they are stored (SPEC 3.5).
+
+Agents paste shell sessions, configs and logs into notes and rooms. A body is
+kept for every reader of the conversation, so a credential in it would leak to
+all of them, to the database and to backups. Scrubbing happens once, on the
+way in, and replaces each secret with ``[REDACTED:<kind>]`` so readers still
+see that something was there and what it was.
+
+The rules (``rules.py``) are a priority-ordered table. Every rule is matched
+against the original body; a match that overlaps a span already claimed by an
+earlier rule (or an existing ``[REDACTED:...]`` marker) is dropped. So the most
+specific kind wins: a JWT after ``Authorization: Bearer`` is reported as
+``jwt``, a GitHub token in ``password=...`` or as the password of a URL as
+``github_token``. Markers are never matched and claim their span, and
+scrub() repeats its pass until nothing more is found, so scrubbing is
+idempotent.
+
+False positives are bugs too: hashes, UUIDs, code and prose must survive byte
+for byte. Prefixed token formats are therefore anchored on both sides, and the
+context-driven rules (assignments, ``Bearer``, URL passwords) only fire on
+values that look like a literal, not like a reference, a type or a placeholder.
+
+Every rule starts at a literal (a prefix, a keyword, ``://``) or a token
+boundary, and its repeats are possessive or run over a class that cannot match
+what follows them, so a 16 KB body is scanned in near-linear time with no
+catastrophic backtracking.
+
+Most bodies hold no secret, so ``scrub`` first asks the prefilter whether any
+rule can match at all (``prefilter.py``) and runs the table only if so;
+``scrub_full`` always runs it. The package splits the rule table
+(``rules.py``) from the checks that tell a literal secret from a reference or
+a placeholder (``refine.py``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+from mailbox.scrubbing.prefilter import Prefilter
+from mailbox.scrubbing.refine import Span
+from mailbox.scrubbing.rules import RULES
+
+__all__ = ["ScrubResult", "scrub", "scrub_full"]
+
+_MARKER_RE = re.compile(r"\[REDACTED:[a-z0-9_]+\]")
+# A bound on scrub()'s passes that real bodies never reach (they need one, plus
+# one that finds nothing); it only caps the work an adversarial body can cause.
+_MAX_PASSES = 8
+
+
+@dataclass(frozen=True)
+class ScrubResult:
+    text: str
+    scrubbed: list[dict[str, object]]
+
+
+_PREFILTER = Prefilter(RULES)
+
+
+def _overlaps(taken: list[Span], span: Span) -> bool:
+    """Whether ``span`` overlaps any span in ``taken`` (sorted, disjoint)."""
+    index = bisect.bisect_left(taken, span)
+    if index < len(taken) and taken[index][0] < span[1]:
+        return True
+    return index > 0 and taken[index - 1][1] > span[0]
+
+
+def _find(text: str) -> list[tuple[int, int, str]]:
+    """One pass of the rule table: disjoint ``(start, end, kind)`` spans, sorted."""
+    # Markers already in the text claim their span, so a redaction is never
+    # nested in or reported over another one.
+    taken: list[Span] = [marker.span() for marker in _MARKER_RE.finditer(text)]
+    found: list[tuple[int, int, str]] = []
+    for rule in RULES:
+        for match in rule.pattern.finditer(text):
+            span = rule.span(match)
+            if span is None or span[0] >= span[1] or _overlaps(taken, span):
+                continue
+            bisect.insort(taken, span)
+            found.append((span[0], span[1], rule.kind))
+    found.sort()
+    return found
+
+
+def _replace(
+    text: str, found: list[tuple[int, int, str]], written: list[tuple[int, str]]
+) -> tuple[str, list[tuple[int, str]]]:
+    """Write the markers for ``found`` and move the earlier markers' positions along."""
+    events = sorted(
+        [(start, 0, start, kind) for start, kind in written]
+        + [(start, 1, end, kind) for start, end, kind in found]
+    )
+    parts: list[str] = []
+    moved: list[tuple[int, str]] = []
+    position = 0
+    shift = 0
+    for start, is_new, end, kind in events:
+        moved.append((start + shift, kind))
+        if not is_new:
+            continue
+        marker = f"[REDACTED:{kind}]"
+        parts.append(text[position:start])
+        parts.append(marker)
+        position = end
+        shift += len(marker) - (end - start)
+    parts.append(text[position:])
+    return "".join(parts), moved
+
+
+def scrub(text: str) -> ScrubResult:
+    """Replace each secret in ``text`` with ``[REDACTED:<kind>]``; see ``scrub_full``.
+
+    The same result as ``scrub_full``, found faster for a body in which no
+    rule's pattern can match: that body comes back unchanged at once.
+    """
+    if not _PREFILTER.may_match(text):
+        return ScrubResult(text=text, scrubbed=[])
+    return scrub_full(text)
+
+
+def scrub_full(text: str) -> ScrubResult:
+    """Replace each secret in ``text`` with ``[REDACTED:<kind>]``, running every rule.
+
+    ``scrubbed`` lists each kind once, in order of its first appearance, with
+    how many secrets of that kind were replaced, so the sender learns what
+    was removed without the value being echoed back.
+
+    A match that loses an overlap is dropped whole, yet once the winner has
+    become a marker the loser's shorter remainder may match on its own. So
+    passes repeat until one finds nothing: the result is a fixed point, and
+    scrubbing it again changes and reports nothing. Every productive pass
+    turns at least one character that is not a marker into one, so this ends;
+    in practice the second pass only confirms the first.
+    """
+    written: list[tuple[int, str]] = []
+    for _ in range(_MAX_PASSES):
+        found = _find(text)
+        if not found:
+            break
+        text, written = _replace(text, found, written)
+    counts: dict[str, int] = {}
+    for _, kind in sorted(written):
+        counts[kind] = counts.get(kind, 0) + 1
+    return ScrubResult(
+        text=text,
+        scrubbed=[{"kind": kind, "count": count} for kind, count in counts.items()],
+    )

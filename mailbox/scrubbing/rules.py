@@ -1,0 +1,380 @@
+"""The rule table: which secrets are recognised, in priority order, and how.
+
+Each rule carries, next to its pattern, the anchors the prefilter uses to skip
+a body in which the pattern cannot match (see ``mailbox.scrubbing.prefilter``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mailbox.scrubbing.refine import (
+    Span,
+    is_dummy_token,
+    refine_assignment,
+    refine_basic,
+    refine_bearer,
+    refine_curl_user,
+    refine_flag,
+    refine_keep,
+    refine_literal,
+    refine_mixed_case,
+    refine_mysql_password,
+    refine_url_password,
+    secret_span,
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str
+    pattern: re.Pattern[str]
+    # Narrows or vetoes the span to redact; context rules use it to tell a
+    # literal secret from a reference, a type or a placeholder.
+    refine: Callable[[re.Match[str], Span], Span | None] | None = None
+    # Regexes of which at least one matches wherever ``pattern`` matches:
+    # ``anchors`` in the text itself, ``folded_anchors`` (lower case) in the
+    # text after ``prefilter.fold``, for the parts of the pattern that are
+    # case-insensitive. Each is a weakening of a stretch of the pattern that
+    # every match goes through. A rule with neither cannot be prefiltered, and
+    # then no body is skipped.
+    anchors: tuple[str, ...] = ()
+    folded_anchors: tuple[str, ...] = ()
+
+    def span(self, match: re.Match[str]) -> Span | None:
+        span = secret_span(match)
+        if self.refine is not None:
+            return self.refine(match, span)
+        return None if is_dummy_token(match.string[span[0] : span[1]]) else span
+
+
+# A prefixed token must not be glued to more token characters on either side,
+# or a substring of a longer identifier or base64 blob would be redacted.
+_B = r"(?<![A-Za-z0-9_-])"
+_E = r"(?![A-Za-z0-9_-])"
+
+# Quoted values keep their quotes outside the redaction. The bare form stops at
+# whitespace and at characters that end a value in code, URLs and shell.
+_VALUE = (
+    r"(?:\"(?P<secret_dq>[^\"\n]*+)\""
+    r"|'(?P<secret_sq>[^'\n]*+)'"
+    r"|\\\"(?P<secret_esc>[^\"\\\n]*+)\\\""
+    r"|(?P<secret_bare>[^\s\"'`,;&(){}\[\]<>]++))"
+)
+
+_PASSWORD_WORDS = r"passw(?:or)?d|passphrase|pwd|(?<=[_.-])pass"
+_SECRET_WORDS = (
+    r"(?:api|secret|access|private|signing|encryption|master|auth|client|app)[_.-]?key"
+    r"|apikey|secret|token|sessionid"
+)
+# Every word above ends with one of these (lower case, for folded anchors).
+_PASSWORD_ENDINGS = (r"pass(?:w(?:or)?d|phrase)?", r"pwd")
+_SECRET_ENDINGS = (r"key", r"secret", r"token", r"sessionid")
+_PASSWORD_FLAG_WORDS = r"passw(?:or)?d|pass"
+_SECRET_FLAG_WORDS = r"(?:api|secret|access|client)-key|apikey|client-secret|secret|token"
+
+
+def _assignment(words: str) -> re.Pattern[str]:
+    # The key only has to end with a secret word (DB_PASSWORD, clientSecret,
+    # "access_token"); it must be followed directly by an assignment operator,
+    # which rules out password_hash, max_tokens and tokenizer.
+    return re.compile(
+        r"(?P<kw>(?i:" + words + r"))"
+        # Closing quote of a quoted key ("password": ...), a subscript
+        # (config["SECRET_KEY"] = ...), markdown bold (**Password:** ...).
+        r"(?P<kq>\\?[\"']\]?)?(?:\*\*|__)?"
+        r"(?:"
+        # Annotated: password: str = "...", token: Optional[str] = "..."
+        r"[ \t]*:[ \t]*[A-Za-z_][\w.\[\], |]{0,60}?=(?![=>])"
+        # key = v, key: v, key := v, key => v (not ==, not ::, not ://)
+        r"|(?P<op>[ \t]*(?::=|=>|=(?!=)|:(?![:/]))[ \t]*)"
+        r")"
+        r"[ \t]*(?:\*\*|__)?[ \t]*" + _VALUE
+    )
+
+
+def _assignment_anchors(endings: tuple[str, ...]) -> tuple[str, ...]:
+    # The key's last word, its closing quote and bold marker as in _assignment(),
+    # then the start both operator branches share: blanks and ":" or "=".
+    return tuple(ending + r"(?:\\?[\"']\]?)?(?:\*\*|__)?[ \t]*[:=]" for ending in endings)
+
+
+def _flag(words: str) -> re.Pattern[str]:
+    # Command-line flags with a space: --password VALUE, --db-password VALUE.
+    # (--password=VALUE is an assignment.) --password-stdin and --max-tokens
+    # do not match: the secret word must end the flag name.
+    return re.compile(
+        r"(?i:(?<![\w-])--(?:[a-z0-9]+-)*(?:" + words + r"))[ \t]+"
+        r"(?:\"(?P<secret_dq>[^\"\n]*+)\"|'(?P<secret_sq>[^'\n]*+)'"
+        r"|(?P<secret_bare>[^\s\"'`,;&(){}\[\]<>]++))"
+    )
+
+
+def _flag_anchor(words: str) -> str:
+    # _flag()'s flag name without the look-behind, and the first blank after it.
+    return r"--(?:[a-z0-9]+-)*(?:" + words + r")[ \t]"
+
+
+def _xml(words: str) -> re.Pattern[str]:
+    # XML elements (Maven settings.xml, .NET configs): <password>x</password>.
+    return re.compile(
+        r"<(?P<tag>(?i:[A-Za-z_:.-]{0,40}?(?:" + words + r")))>"
+        r"(?P<secret>[^<\s]++)</(?P=tag)>"
+    )
+
+
+def _xml_anchors(endings: tuple[str, ...]) -> tuple[str, ...]:
+    # The tag name's last word and the ">" that closes the opening tag.
+    return tuple(ending + ">" for ending in endings)
+
+
+# SQL's WITH PASSWORD 'x' and IDENTIFIED BY 'x', .netrc's "login NAME password X".
+_SQL_NETRC_PASSWORD = re.compile(
+    r"(?i:\bwith[ \t]+(?:encrypted[ \t]+)?password|\bidentified[ \t]+by"
+    r"|\blogin[ \t]+[^\s]++[ \t]+password)[ \t]+"
+    r"(?:\"(?P<secret_dq>[^\"\n]*+)\"|'(?P<secret_sq>[^'\n]*+)'"
+    r"|(?P<secret_bare>[^\s\"'`,;&(){}\[\]<>]++))"
+)
+
+_NL = r"(?:\r?\n|\\r?\\n)"
+_PEM_BEGIN = r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+_PEM_END = r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+_GITLAB_PREFIX = r"gl(?:pat|dt|ptt|rt|oas|cbt|imt|ft|agent|soat|ffct|wt)-"
+_SLACK_PREFIX = r"xox[abposre]-"
+_AWS_KEY_ID_PREFIX = r"(?:AKIA|ASIA|ABIA|ACCA)"
+# Authorization header name up to its separator, as basic_auth and bearer_token
+# spell it (after the optional "proxy-").
+_AUTHORIZATION_ANCHOR = r"authorization(?:\\?[\"'])?[ \t]*[:=]"
+
+# Earlier rules win overlaps: prefixed formats first (the most specific, and
+# anthropic's sk-ant- before the generic sk-), then JWTs, then the rules that
+# recognise a secret only by its context.
+RULES: tuple[Rule, ...] = (
+    # PEM private keys (RSA, EC, DSA, OPENSSH, ENCRYPTED, PGP ... BLOCK), also
+    # with JSON-escaped \n. The whole block goes. A key pasted without its END
+    # line loses its BEGIN line and every following line of base64 or PEM
+    # header, so no line of the body survives.
+    Rule(
+        "private_key",
+        re.compile(
+            _PEM_BEGIN
+            + r"(?:(?:[^-]|-(?!----))*+"
+            + _PEM_END
+            + r"|(?:"
+            + _NL
+            + r"(?:[A-Za-z0-9+/=]++"
+            r"|(?:Proc-Type|DEK-Info|Version|Comment|Hash|Charset):[^\r\n\\]*+)"
+            r"(?=" + _NL + r"|\Z|[\"']))*+)"
+        ),
+        refine_keep,
+        anchors=(r"-----BEGIN",),
+    ),
+    # plumb project key: plumb_key_ + 8 [a-z0-9] + _ + 43 base64url.
+    Rule(
+        "plumb_project_key",
+        re.compile(_B + r"plumb_key_[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
+        anchors=(r"plumb_key_",),
+    ),
+    # plumb session token: plumb_tok_ + 8 [a-z0-9] + _ + 43 base64url.
+    Rule(
+        "plumb_session_token",
+        re.compile(_B + r"plumb_tok_[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
+        anchors=(r"plumb_tok_",),
+    ),
+    # Anthropic: sk-ant-api03-..., sk-ant-admin01-..., sk-ant-sid01-...
+    Rule("anthropic_key", re.compile(_B + r"sk-ant-[A-Za-z0-9_-]{20,}+"), anchors=(r"sk-ant-",)),
+    # OpenAI: legacy sk- + 48 alnum, sk-proj-..., sk-svcacct-..., sk-admin-...
+    Rule(
+        "openai_key",
+        re.compile(_B + r"sk-(?!ant-)[A-Za-z0-9_-]{20,}+"),
+        refine_mixed_case,
+        anchors=(r"sk-",),
+    ),
+    # GitHub classic: ghp_ (personal), gho_ (OAuth), ghu_ (user-to-server),
+    # ghs_ (server-to-server), ghr_ (refresh) + 36 alnum; fine-grained PATs:
+    # github_pat_ + 22 alnum + _ + 59 alnum.
+    Rule(
+        "github_token",
+        re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_[A-Za-z0-9_]{50,}+)"),
+        anchors=(r"gh[pousr]_", r"github_pat_"),
+    ),
+    # GitLab: glpat- (personal/project/group), gldt- (deploy), glptt-
+    # (pipeline trigger), glrt- (runner), gloas- (OAuth secret), glcbt- (CI
+    # job), glimt- (incoming mail), glft- (feed), glagent- (agent), glsoat-
+    # (SCIM), glffct- (feature flags), glwt- (workspace); newer routable
+    # tokens carry .01.xxxx suffixes; GR1348941 legacy runner registration.
+    Rule(
+        "gitlab_token",
+        re.compile(
+            _B + r"(?:" + _GITLAB_PREFIX + r"[A-Za-z0-9_-]{20,}+"
+            r"(?:\.[A-Za-z0-9_-]++)*+|GR1348941[A-Za-z0-9_-]{20,}+)"
+        ),
+        anchors=(_GITLAB_PREFIX, r"GR1348941"),
+    ),
+    # Slack: xoxb- (bot), xoxp- (user), xoxa-/xoxr- (app/refresh), xoxs-,
+    # xoxo-, xoxe-; xapp-1-... app-level tokens; incoming webhook URLs, which
+    # are a credential in full, so the whole URL is redacted.
+    Rule(
+        "slack_token",
+        re.compile(
+            _B + r"(?:" + _SLACK_PREFIX + r"[A-Za-z0-9-]{10,}+|xapp-[0-9]+-[A-Za-z0-9-]{10,}+)"
+            r"|https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}+"
+        ),
+        anchors=(_SLACK_PREFIX, r"xapp-", r"hooks\.slack\.com/"),
+    ),
+    # Stripe secret (sk_live_/sk_test_) and restricted (rk_live_/rk_test_)
+    # keys, and webhook signing secrets (whsec_). Publishable pk_ keys are
+    # public by design and are left alone.
+    Rule(
+        "stripe_key",
+        re.compile(
+            r"(?<![A-Za-z0-9_])(?:(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{20,}+|whsec_[A-Za-z0-9]{32,}+)"
+            + _E
+        ),
+        anchors=(r"k_(?:live|test)_", r"whsec_"),
+    ),
+    # Google API key: AIza + 35 base64url.
+    Rule("google_api_key", re.compile(_B + r"AIza[A-Za-z0-9_-]{35}" + _E), anchors=(r"AIza",)),
+    # npm access token: npm_ + 36 alnum.
+    Rule("npm_token", re.compile(_B + r"npm_[A-Za-z0-9]{36}" + _E), anchors=(r"npm_",)),
+    # PyPI API token: pypi- + a macaroon, base64 starting AgE (AgEIcHlwaS5vcmc
+    # for pypi.org, AgENdGVzdC5weXBpLm9yZw for TestPyPI).
+    Rule("pypi_token", re.compile(_B + r"pypi-AgE[A-Za-z0-9_-]{50,}+"), anchors=(r"pypi-AgE",)),
+    # Hugging Face user access token: hf_ + 34 letters.
+    Rule("huggingface_token", re.compile(_B + r"hf_[A-Za-z0-9]{34,}+" + _E), anchors=(r"hf_",)),
+    # SendGrid API key: SG. + 22 + . + 43 base64url.
+    Rule(
+        "sendgrid_key",
+        re.compile(_B + r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _E),
+        anchors=(r"SG\.",),
+    ),
+    # AWS access key id: AKIA (long-term), ASIA (STS), ABIA, ACCA + 16 upper alnum.
+    Rule(
+        "aws_access_key_id",
+        re.compile(r"(?<![A-Za-z0-9])" + _AWS_KEY_ID_PREFIX + r"[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        anchors=(_AWS_KEY_ID_PREFIX,),
+    ),
+    # JWT (JWS compact form): base64url header starting eyJ ({"), payload and
+    # signature, dot-separated. A single eyJ... segment is plain base64 JSON.
+    Rule(
+        "jwt",
+        re.compile(_B + r"eyJ[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{10,}+"),
+        anchors=(r"eyJ",),
+    ),
+    # AWS secret access key: 40 base64 characters, recognised only in an
+    # assignment (aws_secret_access_key = ..., AWS_SECRET_ACCESS_KEY: ...,
+    # "SecretAccessKey": "..."), since 40 base64 characters alone could be anything.
+    Rule(
+        "aws_secret_access_key",
+        re.compile(
+            r"(?i:(?<![A-Za-z0-9])(?:aws[_.-]?secret(?:[_.-]?access)?[_.-]?key"
+            r"|secret[_.-]?access[_.-]?key))"
+            r"(?:\\?[\"'])?[ \t]*(?::=|=>|=|:)[ \t]*(?:\\?[\"'])?"
+            r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+        ),
+        # Both key spellings end in secret[_access]_key; then the operator.
+        folded_anchors=(r"secret(?:[_.-]?access)?[_.-]?key(?:\\?[\"'])?[ \t]*[:=]",),
+    ),
+    # scheme://user:password@host: only the password is redacted, the user
+    # and host stay readable. The password runs to the last @ of the authority,
+    # as URL parsers read it, so an unescaped @ in it does not leak the rest.
+    Rule(
+        "url_credentials",
+        re.compile(
+            r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,30}://[^\s:/?#@\"'<>\[\]]*+:"
+            r"(?P<secret>[^\s/?#\"'<>]+)@(?=[A-Za-z0-9\[])"
+        ),
+        refine_url_password,
+        # The pattern from "://" on, without its look-ahead: links without a
+        # password (https://host/path) do not reach the full scan.
+        anchors=(r"://[^\s:/?#@\"'<>\[\]]*+:[^\s/?#\"'<>]+@",),
+    ),
+    # HTTP Basic credentials: Authorization: Basic base64(user:password), and
+    # curl -u user:password (password only).
+    Rule(
+        "basic_auth",
+        re.compile(
+            r"(?i:(?<![A-Za-z0-9_-])(?:proxy-)?authorization(?:\\?[\"'])?[ \t]*[:=][ \t]*"
+            r"(?:\\?[\"'])?[ \t]*basic[ \t]+)(?P<secret>[A-Za-z0-9+/]{8,}+={0,2})"
+        ),
+        refine_basic,
+        folded_anchors=(_AUTHORIZATION_ANCHOR,),
+    ),
+    Rule(
+        "basic_auth",
+        re.compile(r"(?<!\S)(?:-u|--user)(?:[ \t]+|=)[\"']?[^\s:\"'$]++:(?P<secret>[^\s\"']++)"),
+        refine_curl_user,
+        anchors=(r"-u[ \t=]", r"--user[ \t=]"),
+    ),
+    # Authorization: Bearer <token> (also Token/Bot/ApiKey schemes, and a bare
+    # "Bearer <token>" as in curl -H or a log line): the header name and scheme
+    # stay, the value goes.
+    Rule(
+        "bearer_token",
+        re.compile(
+            r"(?i:(?<![A-Za-z0-9_-])(?:(?P<auth>(?:proxy-)?authorization)(?:\\?[\"'])?[ \t]*[:=]"
+            r"[ \t]*(?:\\?[\"'])?[ \t]*(?:(?:bearer|token|bot|apikey|api-key|key)[ \t]+)?"
+            r"|bearer[ \t]+))"
+            r"(?P<secret>[A-Za-z0-9._~+/-]++=*+)"
+        ),
+        refine_bearer,
+        folded_anchors=(_AUTHORIZATION_ANCHOR, r"bearer[ \t]"),
+    ),
+    # Generic assignments in code, env files, YAML, JSON, headers and query
+    # strings: password=..., DB_PASSWORD: ..., "passwd": "...". Value only.
+    Rule(
+        "password_assignment",
+        _assignment(_PASSWORD_WORDS),
+        refine_assignment,
+        folded_anchors=_assignment_anchors(_PASSWORD_ENDINGS),
+    ),
+    Rule(
+        "password_assignment",
+        _flag(_PASSWORD_FLAG_WORDS),
+        refine_flag,
+        folded_anchors=(_flag_anchor(_PASSWORD_FLAG_WORDS),),
+    ),
+    Rule(
+        "password_assignment",
+        _SQL_NETRC_PASSWORD,
+        refine_flag,
+        folded_anchors=(r"password[ \t]", r"identified[ \t]+by[ \t]"),
+    ),
+    Rule(
+        "password_assignment",
+        _xml(_PASSWORD_WORDS),
+        refine_literal,
+        folded_anchors=_xml_anchors(_PASSWORD_ENDINGS),
+    ),
+    # mysql -uroot -pS3cret (the password glued to -p).
+    Rule(
+        "password_assignment",
+        re.compile(r"(?<!\S)-p(?P<secret>[^\s\"'`;&|]++)"),
+        refine_mysql_password,
+        # (?<!\S)-p with the look-behind moved after the literal (it then
+        # looks at the character before "-p"), so the search skips from one
+        # "-p" to the next instead of trying every position.
+        anchors=(r"-p(?<!\S-p)",),
+    ),
+    # The same for api_key=, client_secret:, SECRET_KEY=, access_token=, ...
+    Rule(
+        "secret_assignment",
+        _assignment(_SECRET_WORDS),
+        refine_assignment,
+        folded_anchors=_assignment_anchors(_SECRET_ENDINGS),
+    ),
+    Rule(
+        "secret_assignment",
+        _flag(_SECRET_FLAG_WORDS),
+        refine_flag,
+        folded_anchors=(_flag_anchor(_SECRET_FLAG_WORDS),),
+    ),
+    Rule(
+        "secret_assignment",
+        _xml(_SECRET_WORDS),
+        refine_literal,
+        folded_anchors=_xml_anchors(_SECRET_ENDINGS),
+    ),
+)
