@@ -99,8 +99,9 @@ class NoteLeaveInput(serializers.Serializer):
     )
     tool_schema_fingerprint = StrictCharField(required=False, max_length=128)
 
-    def service_arguments(self) -> dict:
-        data = self.validated_data
+    @staticmethod
+    def service_arguments(data: dict) -> dict:
+        """The validated fields ``note_leave`` takes."""
         return {
             "body": data["body"],
             "to": data.get("to"),

@@ -25,6 +25,7 @@ from plumb_site.auth import IsProjectKey, ProjectKeyAuthentication
 from plumb_site.errors import BodyTooLarge
 from plumb_site.schema import error_responses
 from plumb_site.throttles import ProjectKeyRateThrottle
+from plumb_site.validation import validated
 
 
 class SessionStartApi(PlumbApiView):
@@ -49,12 +50,11 @@ class SessionStartApi(PlumbApiView):
         tags=["sessions"],
     )
     def post(self, request):
-        data = s.SessionStartInput(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated(s.SessionStartInput, request.data)
         started = services.session_start(
             request.auth,
-            workspace_slug=data.validated_data["workspace"],
-            name=data.validated_data.get("name"),
+            workspace_slug=data["workspace"],
+            name=data.get("name"),
         )
         # The envelope delivers the new session's pending notes with this reply.
         request.plumb_session = started.session
@@ -119,9 +119,8 @@ class NotesApi(SessionApiView):
         tags=["mailbox"],
     )
     def post(self, request):
-        data = s.NoteLeaveInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        left = services.note_leave(self.session, **data.service_arguments())
+        data = validated(s.NoteLeaveInput, request.data)
+        left = services.note_leave(self.session, **s.NoteLeaveInput.service_arguments(data))
         body = s.note_left_body(left)
         return Response(body, status=status.HTTP_200_OK if left.replayed else 201)
 
@@ -139,9 +138,8 @@ class NotesApi(SessionApiView):
         tags=["mailbox"],
     )
     def get(self, request):
-        query = s.NotesCheckInput(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        notes = services.notes_wait(self.session, wait=query.validated_data["wait"])
+        query = validated(s.NotesCheckInput, request.query_params)
+        notes = services.notes_wait(self.session, wait=query["wait"])
         # Setting "notes" here tells the envelope the delivery is done.
         return Response({"notes": s.NoteSerializer(notes, many=True).data})
 
@@ -156,11 +154,8 @@ class ConversationListApi(SessionApiView):
         tags=["mailbox"],
     )
     def get(self, request):
-        query = s.ConversationListInput(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        threads, has_more = selectors.conversation_list_for_session(
-            self.session, **query.validated_data
-        )
+        query = validated(s.ConversationListInput, request.query_params)
+        threads, has_more = selectors.conversation_list_for_session(self.session, **query)
         return Response(s.conversation_list_body(threads, has_more))
 
 

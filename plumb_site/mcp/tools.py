@@ -15,7 +15,6 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from rest_framework import exceptions as drf
-from rest_framework import serializers
 
 from mailbox import selectors as mailbox_selectors
 from mailbox import services as mailbox_services
@@ -25,6 +24,7 @@ from plumb_site.api import deliver_notes, schema_fingerprint
 from plumb_site.errors import PlumbError, ValidationFailed, exception_handler
 from plumb_site.mcp import identity
 from plumb_site.mcp.schemas import FINGERPRINT_FIELD, TOOLS_BY_NAME, check_arguments
+from plumb_site.validation import validated
 from rooms import selectors as room_selectors
 from rooms import services as room_services
 from rooms.api import serializers as room_io
@@ -76,13 +76,6 @@ def call_tool(
     }
 
 
-def _valid(serializer_class: type[serializers.Serializer], data: dict) -> dict[str, Any]:
-    """The REST input serializer's validated data: the same defaults and rules as REST."""
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
-
-
 # --- sessions and the mailbox ------------------------------------------------------
 
 
@@ -125,21 +118,20 @@ def _agree(field: str, given: str | None, current: str | None) -> None:
 
 
 def _leave_note(session: Session, args: dict) -> dict:
-    data = mailbox_io.NoteLeaveInput(data=args)
-    data.is_valid(raise_exception=True)
-    left = mailbox_services.note_leave(session, **data.service_arguments())
+    data = validated(mailbox_io.NoteLeaveInput, args)
+    left = mailbox_services.note_leave(session, **mailbox_io.NoteLeaveInput.service_arguments(data))
     return mailbox_io.note_left_body(left)
 
 
 def _check_messages(session: Session, args: dict) -> dict:
-    wait = _valid(mailbox_io.NotesCheckInput, args)["wait"]
+    wait = validated(mailbox_io.NotesCheckInput, args)["wait"]
     notes = mailbox_services.notes_wait(session, wait=wait)
     return {"notes": mailbox_io.NoteSerializer(notes, many=True).data}
 
 
 def _list_conversations(session: Session, args: dict) -> dict:
     threads, has_more = mailbox_selectors.conversation_list_for_session(
-        session, **_valid(mailbox_io.ConversationListInput, args)
+        session, **validated(mailbox_io.ConversationListInput, args)
     )
     return mailbox_io.conversation_list_body(threads, has_more)
 
@@ -165,13 +157,13 @@ def _list_rooms(session: Session, args: dict) -> dict:
 
 
 def _create_room(session: Session, args: dict) -> dict:
-    fields = _valid(room_io.RoomCreateInput, args)
+    fields = validated(room_io.RoomCreateInput, args)
     room, event = room_services.room_create(session, **fields)
     return _room_event(session, room.slug, event)
 
 
 def _join_room(session: Session, args: dict) -> dict:
-    data = _valid(room_io.RoomJoinInput, {k: v for k, v in args.items() if k != "room"})
+    data = validated(room_io.RoomJoinInput, {k: v for k, v in args.items() if k != "room"})
     joined = room_services.room_join(session, args["room"], display_name=data.get("display_name"))
     return _room_event(session, args["room"], joined.event)
 
@@ -182,7 +174,7 @@ def _leave_room(session: Session, args: dict) -> dict:
 
 
 def _send_message(session: Session, args: dict) -> dict:
-    fields = _valid(room_io.MessageSendInput, {k: v for k, v in args.items() if k != "room"})
+    fields = validated(room_io.MessageSendInput, {k: v for k, v in args.items() if k != "room"})
     sent = room_services.message_send(session, args["room"], **fields)
     return room_io.message_sent_body(sent)
 
@@ -193,13 +185,13 @@ def _read_messages(session: Session, args: dict) -> dict:
         # REST takes kinds as a comma-separated string; the tool takes a list.
         query["kinds"] = ",".join(query["kinds"])
     read = room_services.events_read(
-        session, args["room"], **_valid(room_io.EventsReadInput, query)
+        session, args["room"], **validated(room_io.EventsReadInput, query)
     )
     return room_io.events_read_body(read)
 
 
 def _review_message(session: Session, args: dict) -> dict:
-    data = _valid(room_io.ReviewInput, {k: args[k] for k in ("verdict", "body") if k in args})
+    data = validated(room_io.ReviewInput, {k: args[k] for k in ("verdict", "body") if k in args})
     room, event = room_services.review_add(
         session,
         args["room"],
@@ -211,7 +203,7 @@ def _review_message(session: Session, args: dict) -> dict:
 
 
 def _mark_read(session: Session, args: dict) -> dict:
-    seq = _valid(room_io.ReadInput, {"seq": args["seq"]})["seq"]
+    seq = validated(room_io.ReadInput, {"seq": args["seq"]})["seq"]
     room, member = room_services.read_position_set(session, args["room"], seq=seq)
     return room_io.read_position_body(room, member)
 

@@ -8,6 +8,7 @@ from mailbox.errors import CrossProjectRefused, IdempotencyKeyReused
 from plumb_site.api import SessionApiView
 from plumb_site.errors import BodyTooLarge
 from plumb_site.schema import error_responses
+from plumb_site.validation import validated
 from rooms import selectors, services
 from rooms.api import serializers as s
 from rooms.errors import (
@@ -44,9 +45,8 @@ class RoomListApi(SessionApiView):
         tags=["rooms"],
     )
     def post(self, request):
-        data = s.RoomCreateInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        fields = {k: v for k, v in data.validated_data.items() if k != "tool_schema_fingerprint"}
+        data = validated(s.RoomCreateInput, request.data)
+        fields = {k: v for k, v in data.items() if k != "tool_schema_fingerprint"}
         room, event = services.room_create(self.session, **fields)
         room = selectors.room_get_for_session(self.session, room.slug)
         return Response(s.room_event_body(room, event), status=status.HTTP_201_CREATED)
@@ -79,11 +79,8 @@ class RoomJoinApi(SessionApiView):
         tags=["rooms"],
     )
     def post(self, request, slug: str):
-        data = s.RoomJoinInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        joined = services.room_join(
-            self.session, slug, display_name=data.validated_data.get("display_name")
-        )
+        data = validated(s.RoomJoinInput, request.data)
+        joined = services.room_join(self.session, slug, display_name=data.get("display_name"))
         room = selectors.room_get_for_session(self.session, slug)
         code = status.HTTP_201_CREATED if joined.event is not None else status.HTTP_200_OK
         return Response(s.room_event_body(room, joined.event), status=code)
@@ -148,9 +145,8 @@ class MessagesApi(SessionApiView):
         tags=["rooms"],
     )
     def post(self, request, slug: str):
-        data = s.MessageSendInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        fields = {k: v for k, v in data.validated_data.items() if k != "tool_schema_fingerprint"}
+        data = validated(s.MessageSendInput, request.data)
+        fields = {k: v for k, v in data.items() if k != "tool_schema_fingerprint"}
         sent = services.message_send(self.session, slug, **fields)
         body = s.message_sent_body(sent)
         return Response(body, status=status.HTTP_200_OK if sent.replayed else 201)
@@ -168,9 +164,8 @@ class MessagesApi(SessionApiView):
         tags=["rooms"],
     )
     def get(self, request, slug: str):
-        query = s.EventsReadInput(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        read = services.events_read(self.session, slug, **query.validated_data)
+        query = validated(s.EventsReadInput, request.query_params)
+        read = services.events_read(self.session, slug, **query)
         return Response(s.events_read_body(read))
 
 
@@ -184,11 +179,8 @@ class ReadPositionApi(SessionApiView):
         tags=["rooms"],
     )
     def post(self, request, slug: str):
-        data = s.ReadInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        room, member = services.read_position_set(
-            self.session, slug, seq=data.validated_data["seq"]
-        )
+        data = validated(s.ReadInput, request.data)
+        room, member = services.read_position_set(self.session, slug, seq=data["seq"])
         return Response(s.read_position_body(room, member))
 
 
@@ -207,14 +199,13 @@ class ReviewApi(SessionApiView):
         tags=["rooms"],
     )
     def post(self, request, slug: str, message_id: str):
-        data = s.ReviewInput(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated(s.ReviewInput, request.data)
         room, event = services.review_add(
             self.session,
             slug,
             message_id,
-            verdict=data.validated_data["verdict"],
-            body=data.validated_data.get("body"),
+            verdict=data["verdict"],
+            body=data.get("body"),
         )
         return Response(s.review_body(room, event), status=status.HTTP_201_CREATED)
 
@@ -229,12 +220,11 @@ class MentionListApi(SessionApiView):
         tags=["rooms"],
     )
     def get(self, request):
-        query = s.MentionsInput(data=request.query_params)
-        query.is_valid(raise_exception=True)
+        query = validated(s.MentionsInput, request.query_params)
         messages, has_more = selectors.mentions_for_session(
             self.session,
-            after_id=query.validated_data.get("after_id"),
-            limit=query.validated_data["limit"],
+            after_id=query.get("after_id"),
+            limit=query["limit"],
         )
         return Response(
             {"mentions": s.MessageSerializer(messages, many=True).data, "has_more": has_more}
