@@ -50,7 +50,8 @@ class Room(models.Model):
 class Member(models.Model):
     """A name's membership of a room; it survives reconnects and leaving."""
 
-    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="members")
+    # No index of its own: member_unique (room, name) serves lookups by room.
+    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="members", db_index=False)
     name = models.ForeignKey(AgentName, on_delete=models.CASCADE, related_name="memberships")
     display_name = models.CharField(max_length=64, blank=True)
     read_seq = models.BigIntegerField(default=0)
@@ -94,7 +95,8 @@ class Event(models.Model):
         REQUEST_CHANGES = "request_changes"
         COMMENT = "comment"
 
-    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="events")
+    # Indexed by event_unique_seq and event_unseen, both (room, seq, ...).
+    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.BigIntegerField()
     kind = models.CharField(max_length=16, choices=Kind.choices)
     # The agent behind the event; null for an operator's moderation.
@@ -122,6 +124,12 @@ class Event(models.Model):
             models.UniqueConstraint(fields=["room", "seq"], name="event_unique_seq"),
             models.CheckConstraint(condition=Q(seq__gte=1), name="event_seq_positive"),
         ]
+        indexes = [
+            # Every send counts the events from others above a read position
+            # (SPEC §4.2 steps 3 and 5): with kind and actor in the index the
+            # count never reads the table.
+            models.Index(fields=["room", "seq", "kind", "actor"], name="event_unseen"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.room_id}#{self.seq} {self.kind}"
@@ -131,7 +139,10 @@ class Message(models.Model):
     public_id = models.CharField(
         max_length=32, unique=True, default=message_public_id, editable=False
     )
-    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="messages")
+    # Indexed by message_unique_seq (room, seq).
+    room = models.ForeignKey(
+        Room, on_delete=models.CASCADE, related_name="messages", db_index=False
+    )
     seq = models.BigIntegerField()
     author = models.ForeignKey(AgentName, on_delete=models.CASCADE, related_name="messages")
     author_display_name = models.CharField(max_length=64, blank=True)
