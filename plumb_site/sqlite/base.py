@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import threading
 import time
@@ -68,8 +69,31 @@ class DatabaseCreation(creation.DatabaseCreation):
                 os.remove(_lock_path(str(test_database_name)))
 
 
+@functools.lru_cache(maxsize=512)
+def _qmark(query: str) -> str:
+    return base.FORMAT_QMARK_REGEX.sub("?", query).replace("%%", "%")
+
+
+class CursorWrapper(base.SQLiteCursorWrapper):
+    """Converts each distinct statement from ``%s`` to ``?`` style once, not per call.
+
+    The conversion is a regular expression over the whole SQL text; for the
+    long statements every request runs, it cost more than SQLite needed to
+    run them.
+    """
+
+    def convert_query(self, query, *, param_names=None):
+        if param_names is None:
+            return _qmark(query)
+        return super().convert_query(query, param_names=param_names)
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     creation_class = DatabaseCreation
+
+    def create_cursor(self, name=None):
+        return self.connection.cursor(factory=CursorWrapper)
+
     _queued: tuple[threading.Lock | None, int | None] = (None, None)
 
     def _start_transaction_under_autocommit(self) -> None:

@@ -1,4 +1,4 @@
-"""SQLite writers queue before they take the lock (plumb_site.sqlite), without changing results.
+"""plumb's SQLite backend (plumb_site.sqlite): queued writers, statements converted once.
 
 These tests use their own SQLite file through plumb's backend, so they run
 whichever database the rest of the suite uses.
@@ -9,10 +9,12 @@ from __future__ import annotations
 import fcntl
 import multiprocessing
 import os
+import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
+from django.db.backends.sqlite3.base import SQLiteCursorWrapper
 from django.db.utils import ConnectionHandler, OperationalError
 
 from plumb_site.sqlite import base as queue_backend
@@ -184,3 +186,37 @@ def test_a_forked_process_queues_on_its_own_descriptor(database):
     os.close(read_end)
 
     assert answer == b"fresh"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT 1",
+        'SELECT "a" FROM "t" WHERE "b" = %s AND "c" IN (%s, %s)',
+        "SELECT '100%%' || %s, '%%s' FROM t WHERE x LIKE %s ESCAPE '\\'",
+    ],
+)
+def test_statements_convert_as_djangos_do_and_once(query):
+    raw = sqlite3.connect(":memory:")
+    ours = raw.cursor(factory=queue_backend.CursorWrapper)
+    theirs = raw.cursor(factory=SQLiteCursorWrapper)
+    queue_backend._qmark.cache_clear()
+
+    assert ours.convert_query(query) == theirs.convert_query(query)
+    assert ours.convert_query(query) == theirs.convert_query(query)
+    assert queue_backend._qmark.cache_info().hits == 1
+    named = "SELECT %(a)s, %(b)s"
+    assert ours.convert_query(named, param_names=["a", "b"]) == "SELECT :a, :b"
+    raw.close()
+
+
+def test_plumb_queries_go_through_the_cached_conversion(database):
+    wrapper = _wrapper(database)
+    queue_backend._qmark.cache_clear()
+    for _ in range(3):
+        with wrapper.cursor() as cursor:
+            cursor.execute("SELECT n FROM counter WHERE n >= %s", [0])
+            assert cursor.fetchone() == (0,)
+    wrapper.close()
+
+    assert queue_backend._qmark.cache_info().hits == 2
