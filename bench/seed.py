@@ -229,9 +229,12 @@ def _bulk_room_history(slug: str, count: int) -> int:
         now = _now_value()
         assert _columns(Message) == [
             "id", "public_id", "room_id", "seq", "author_id", "author_display_name", "body",
-            "reply_to_id", "idempotency_key", "mentions", "send_report", "created_at",
-            "hidden_at", "hidden_reason",
+            "ordinal", "author_ordinal", "reply_to_id", "idempotency_key", "mentions",
+            "send_report", "created_at", "hidden_at", "hidden_reason",
         ], _columns(Message)  # fmt: skip
+        # Ordinals continue the room's and the author's, as message_send's do.
+        ordinal = Message.objects.filter(room=room).count()
+        author_ordinal = Message.objects.filter(room=room, author=author).count()
         assert _columns(Event) == [
             "id", "room_id", "seq", "kind", "actor_id", "actor_display_name", "message_id",
             "verdict", "body", "data", "created_at",
@@ -241,7 +244,8 @@ def _bulk_room_history(slug: str, count: int) -> int:
             Message,
             (
                 (message_id + i, public_id, room.pk, first_seq + i, author.pk, "",
-                 f"{SEED_BODY} (#{first_seq + i})", None, None, "[]", report, now, None, "")
+                 f"{SEED_BODY} (#{first_seq + i})", ordinal + i + 1, author_ordinal + i + 1,
+                 None, None, "[]", report, now, None, "")
                 for start in range(0, count, BATCH)
                 for i, public_id in enumerate(
                     _public_ids("msg", min(BATCH, count - start)), start

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from typing import Any
+
+from django.db.models import (
+    Case,
+    Expression,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce
 
 from mailbox.models import Session
@@ -17,20 +29,44 @@ def with_event_relations(events: QuerySet[Event]) -> QuerySet[Event]:
     )
 
 
+def last_ordinal(field: str, room: Any, *, author: Any = None, upto: Any = None) -> Expression:
+    """``field`` ("ordinal" or "author_ordinal") of the room's latest message, 0 if none.
+
+    Narrowed to one author's messages and to seqs up to ``upto`` when given;
+    arguments are values or ``OuterRef``s. One index look-up either way.
+    """
+    messages = Message.objects.filter(room=room)
+    if author is not None:
+        messages = messages.filter(author=author)
+    if upto is not None:
+        messages = messages.filter(seq__lte=upto)
+    latest = Subquery(messages.order_by("-seq").values(field)[:1], output_field=IntegerField())
+    return Coalesce(latest, Value(0))
+
+
+def others_messages_after(room: Any, author: Any, seq: Any) -> Expression:
+    """How many messages by others than ``author`` the room holds above ``seq``.
+
+    All messages after ``seq`` less the author's own, each a difference of
+    ordinals, so the cost does not grow with the number of unread messages.
+    """
+    all_after = last_ordinal("ordinal", room) - last_ordinal("ordinal", room, upto=seq)
+    own_after = last_ordinal("author_ordinal", room, author=author) - last_ordinal(
+        "author_ordinal", room, author=author, upto=seq
+    )
+    return all_after - own_after
+
+
 def _annotate_for(rooms: QuerySet[Room], session: Session) -> QuerySet[Room]:
     """Add the caller's read position and unseen count, in the same query."""
     mine = Member.objects.filter(room=OuterRef("pk"), name_id=session.name_id, left_at__isnull=True)
-    unseen = (
-        Event.objects.filter(
-            room=OuterRef("pk"), kind=Event.Kind.MESSAGE, seq__gt=OuterRef("my_read_seq")
-        )
-        .exclude(actor_id=session.name_id)
-        .values("room")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
+    unseen = others_messages_after(OuterRef("pk"), session.name_id, OuterRef("my_read_seq"))
     return rooms.annotate(my_read_seq=Subquery(mine.values("read_seq")[:1])).annotate(
-        my_unseen=Coalesce(Subquery(unseen, output_field=IntegerField()), Value(0))
+        my_unseen=Case(
+            When(my_read_seq__isnull=True, then=Value(0)),
+            default=unseen,
+            output_field=IntegerField(),
+        )
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, FilteredRelation, Q
+from django.db.models import Exists, FilteredRelation, OuterRef, Q
 from django.utils import timezone
 
 from mailbox.bodies import body_prepare, idempotency_key_check
@@ -41,7 +41,12 @@ from rooms.errors import (
     UnreadMessages,
 )
 from rooms.models import Event, Member, Message, MessageMention, Room
-from rooms.selectors import events_page, member_get_for_session, with_event_relations
+from rooms.selectors import (
+    events_page,
+    last_ordinal,
+    member_get_for_session,
+    with_event_relations,
+)
 
 # Kinds that ``require_read`` refuses to talk over (SPEC §4.2 step 4).
 BLOCKING_KINDS = (Event.Kind.MESSAGE, Event.Kind.REVIEW)
@@ -274,9 +279,9 @@ def message_send(
 
 # A send's two reads, compiled once per process (plumb_site.prepared): the
 # room row, locked (of=("self",): not the member row), with the caller's
-# current membership; then, in one pass over the events from others above
-# the lower of the two positions, what the sender has not seen and whether
-# it was caught up.
+# current membership; then the message ordinals that give the unseen count
+# and the new message's ordinals, and whether anything from others sits
+# above the sender's read position. Index look-ups only: no count.
 _room_with_member = Prepared(
     lambda slug, name_id: (
         Room.objects.select_for_update(of=("self",))
@@ -291,19 +296,24 @@ _room_with_member = Prepared(
     ),
     params=["slug", "name_id"],
 )
-_events_from_others = Prepared(
-    lambda room_id, name_id, lower, reference, read_seq: (
-        Event.objects.filter(room_id=room_id, seq__gt=lower)
-        .exclude(actor_id=name_id)
-        .order_by()
-        .values("room_id")
+_send_figures = Prepared(
+    lambda room_id, name_id, reference, read_seq: (
+        Room.objects.filter(pk=room_id)
         .annotate(
-            unseen=Count("pk", filter=Q(kind=Event.Kind.MESSAGE, seq__gt=reference)),
-            newer=Count("pk", filter=Q(seq__gt=read_seq)),
+            total=last_ordinal("ordinal", OuterRef("pk")),
+            seen=last_ordinal("ordinal", OuterRef("pk"), upto=reference),
+            own=last_ordinal("author_ordinal", OuterRef("pk"), author=name_id),
+            own_seen=last_ordinal("author_ordinal", OuterRef("pk"), author=name_id, upto=reference),
+            newer=Exists(
+                Event.objects.filter(room=OuterRef("pk"), seq__gt=read_seq).exclude(
+                    actor_id=name_id
+                )
+            ),
         )
-        .values_list("unseen", "newer")
+        .order_by()
+        .values_list("total", "seen", "own", "own_seen", "newer")
     ),
-    params=["room_id", "name_id", "lower", "reference", "read_seq"],
+    params=["room_id", "name_id", "reference", "read_seq"],
 )
 
 
@@ -355,14 +365,14 @@ def _send_locked(
                 raise UnreadMessages(
                     events=unseen, unseen_count=blocking.count(), latest_seq=room.head_seq
                 )
-        counts = _events_from_others.rows(
+        ((total, seen, own, own_seen, newer_than_read),) = _send_figures.rows(
             room_id=room.pk,
             name_id=session.name_id,
-            lower=min(reference, member.read_seq),
             reference=reference,
             read_seq=member.read_seq,
         )
-        unseen_before_send, newer_than_read = counts[0] if counts else (0, 0)
+        # Step 3 from the ordinals (rooms.selectors.others_messages_after).
+        unseen_before_send = (total - seen) - (own - own_seen)
 
         resolved = _resolve_mentions(room, text)
         # What this send reported is kept, so that a replay answers the same.
@@ -375,6 +385,8 @@ def _send_locked(
         message = Message(
             room=room,
             seq=room.head_seq + 1,
+            ordinal=total + 1,
+            author_ordinal=own + 1,
             author=session.name,
             author_display_name=member.display_name,
             body=text,

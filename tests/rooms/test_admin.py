@@ -562,7 +562,15 @@ def _bulk_rooms(count: int) -> None:
         for i, (r, n) in enumerate(zip(rooms, names, strict=True))
     )
     messages = Message.objects.bulk_create(
-        Message(room=r, seq=1, author=n, body=f"bulk body {i}", author_display_name="Bulk")
+        Message(
+            room=r,
+            seq=1,
+            ordinal=1,
+            author_ordinal=1,
+            author=n,
+            body=f"bulk body {i}",
+            author_display_name="Bulk",
+        )
         for i, (r, n) in enumerate(zip(rooms, names, strict=True))
     )
     Event.objects.bulk_create(

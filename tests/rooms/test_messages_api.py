@@ -151,11 +151,15 @@ def seed_messages(session, count: int, slug="general") -> list[Message]:
     """``count`` messages by ``session`` in bulk, numbered as message_send numbers them."""
     room = Room.objects.get(slug=slug)
     start = room.head_seq
+    before = Message.objects.filter(room=room).count()
+    own_before = Message.objects.filter(room=room, author=session.name).count()
     now = timezone.now()
     messages = Message.objects.bulk_create(
         Message(
             room=room,
             seq=start + i,
+            ordinal=before + i,
+            author_ordinal=own_before + i,
             author=session.name,
             body=f"seeded {i}",
             created_at=now,
