@@ -900,6 +900,47 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _without_plain_columns(sql: str) -> str:
+    """``SELECT "t"."a" AS "a", ... FROM`` shortened to ``SELECT … FROM``; expressions stay."""
+    if not sql.startswith("SELECT "):
+        return sql
+    depth, start, kept = 0, len("SELECT "), []
+    item_start = start
+    for i, char in enumerate(sql[start:], start):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif depth == 0 and (char == "," or sql.startswith(" FROM ", i)):
+            item = sql[item_start:i].strip()
+            if "(" in item:
+                kept.append(item)
+            if char != ",":
+                columns = ", ".join(["…", *kept]) if kept else "…"
+                return f"SELECT {columns}{sql[i:]}"
+            item_start = i + 1
+    return sql
+
+
+def plans_markdown(result: dict[str, Any]) -> str:
+    """The query plans of the growth operations at the largest size: every index they use."""
+    growth = result.get("growth")
+    if not growth or not growth.get("queries_at_largest"):
+        return ""
+    largest = max(int(size) for size in growth["sizes"])
+    lines = [f"### Query plans at {largest:,} stored rows ({result['db']})", ""]
+    for name, entry in growth["queries_at_largest"].items():
+        if not isinstance(entry, dict):
+            continue
+        lines += [f"**{name}** ({entry['queries']} queries)", "", "```"]
+        for statement in entry.get("plans", []):
+            sql = _without_plain_columns(" ".join(statement["sql"].split()))
+            lines.append(sql if len(sql) <= 600 else f"{sql[:600]}…")
+            lines += [f"    {step}" for step in statement["plan"]]
+        lines += ["```", ""]
+    return "\n".join(lines)
+
+
 def database_version(cfg: Config, pg_url: str | None) -> str:
     if cfg.db == "sqlite":
         import sqlite3
@@ -968,7 +1009,7 @@ def run(cfg: Config, pg_url: str | None) -> int:
     # latest.* is whichever run came last; latest-<db>.* keeps one per database.
     for label in dict.fromkeys([cfg.label, f"{cfg.label}-{cfg.db}"]):
         (cfg.out_dir / f"{label}.json").write_text(json.dumps(result, indent=2) + "\n")
-        (cfg.out_dir / f"{label}.md").write_text(table)
+        (cfg.out_dir / f"{label}.md").write_text(f"{table}\n{plans_markdown(result)}")
     print(table)
     print(
         f"bench: {result['meta']['seconds']} s; results in {cfg.out_dir}/{cfg.label}.{{json,md}} "

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, FilteredRelation, OuterRef, Q
+from django.db.models import BigIntegerField, Exists, F, FilteredRelation, OuterRef, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from mailbox.bodies import body_prepare, idempotency_key_check
@@ -277,13 +278,15 @@ def message_send(
     return sent
 
 
-# A send's two reads, compiled once per process (plumb_site.prepared): the
-# room row, locked (of=("self",): not the member row), with the caller's
-# current membership; then the message ordinals that give the unseen count
-# and the new message's ordinals, and whether anything from others sits
-# above the sender's read position. Index look-ups only: no count.
-_room_with_member = Prepared(
-    lambda slug, name_id: (
+# Everything a send reads, in one query compiled once per process
+# (plumb_site.prepared): the room row, locked (of=("self",): not the member
+# row); the caller's current membership; the message ordinals that give the
+# unseen count above the reference point (after_seq, else the read position)
+# and the new message's ordinals; and whether anything from others sits above
+# the read position. Index look-ups only, however much the caller has not read.
+_FIGURES = ("total", "seen", "own", "own_seen", "newer")
+_room_for_send = Prepared(
+    lambda slug, name_id, after_seq: (
         Room.objects.select_for_update(of=("self",))
         .annotate(
             me=FilteredRelation(
@@ -291,38 +294,51 @@ _room_with_member = Prepared(
             )
         )
         .filter(slug=slug)
-        .order_by()
-        .values_list(*concrete_attnames(Room), *(f"me__{f}" for f in concrete_attnames(Member)))
-    ),
-    params=["slug", "name_id"],
-)
-_send_figures = Prepared(
-    lambda room_id, name_id, reference, read_seq: (
-        Room.objects.filter(pk=room_id)
+        .annotate(
+            my_read_seq=F("me__read_seq"),
+            reference=Coalesce(Value(after_seq, BigIntegerField()), F("me__read_seq")),
+        )
         .annotate(
             total=last_ordinal("ordinal", OuterRef("pk")),
-            seen=last_ordinal("ordinal", OuterRef("pk"), upto=reference),
+            seen=last_ordinal("ordinal", OuterRef("pk"), upto=OuterRef("reference")),
             own=last_ordinal("author_ordinal", OuterRef("pk"), author=name_id),
-            own_seen=last_ordinal("author_ordinal", OuterRef("pk"), author=name_id, upto=reference),
+            own_seen=last_ordinal(
+                "author_ordinal", OuterRef("pk"), author=name_id, upto=OuterRef("reference")
+            ),
             newer=Exists(
-                Event.objects.filter(room=OuterRef("pk"), seq__gt=read_seq).exclude(
+                Event.objects.filter(room=OuterRef("pk"), seq__gt=OuterRef("my_read_seq")).exclude(
                     actor_id=name_id
                 )
             ),
         )
         .order_by()
-        .values_list("total", "seen", "own", "own_seen", "newer")
+        .values_list(
+            *concrete_attnames(Room), *(f"me__{f}" for f in concrete_attnames(Member)), *_FIGURES
+        )
     ),
-    params=["room_id", "name_id", "reference", "read_seq"],
+    params=["slug", "name_id", "after_seq"],
 )
 
 
-def _lock_room_with_member(slug: str, name_id: int) -> tuple[Room, Member | None]:
-    rows = _room_with_member.rows(slug=slug, name_id=name_id)
+@dataclass
+class _SendState:
+    room: Room
+    member: Member | None
+    total: int  # messages in the room
+    seen: int  # messages up to the reference point
+    own: int  # the caller's messages in the room
+    own_seen: int  # the caller's messages up to the reference point
+    newer: bool  # anything from others above the caller's read position
+
+
+def _lock_room_for_send(slug: str, name_id: int, after_seq: int | None) -> _SendState:
+    rows = _room_for_send.rows(slug=slug, name_id=name_id, after_seq=after_seq)
     if not rows:
         raise RoomNotFound(f"No room is named {slug!r}.")
-    room, member = instances_from_row(rows[0], Room, Member)
-    return room, member if member.pk is not None else None
+    row = rows[0]
+    room, member = instances_from_row(row, Room, Member)
+    figures = dict(zip(_FIGURES, row[-len(_FIGURES) :], strict=True))
+    return _SendState(room=room, member=member if member.pk is not None else None, **figures)
 
 
 def _send_locked(
@@ -336,7 +352,8 @@ def _send_locked(
     require_read: bool,
 ) -> MessageSent:
     with transaction.atomic():
-        room, member = _lock_room_with_member(slug, session.name_id)
+        state = _lock_room_for_send(slug, session.name_id, after_seq)
+        room, member = state.room, state.member
         # Step 2 first: a retry of a send that succeeded replays even if the
         # room moved on, was locked, or the author has since left.
         if idempotency_key is not None:
@@ -365,14 +382,8 @@ def _send_locked(
                 raise UnreadMessages(
                     events=unseen, unseen_count=blocking.count(), latest_seq=room.head_seq
                 )
-        ((total, seen, own, own_seen, newer_than_read),) = _send_figures.rows(
-            room_id=room.pk,
-            name_id=session.name_id,
-            reference=reference,
-            read_seq=member.read_seq,
-        )
         # Step 3 from the ordinals (rooms.selectors.others_messages_after).
-        unseen_before_send = (total - seen) - (own - own_seen)
+        unseen_before_send = (state.total - state.seen) - (state.own - state.own_seen)
 
         resolved = _resolve_mentions(room, text)
         # What this send reported is kept, so that a replay answers the same.
@@ -385,8 +396,8 @@ def _send_locked(
         message = Message(
             room=room,
             seq=room.head_seq + 1,
-            ordinal=total + 1,
-            author_ordinal=own + 1,
+            ordinal=state.total + 1,
+            author_ordinal=state.own + 1,
             author=session.name,
             author_display_name=member.display_name,
             body=text,
@@ -411,7 +422,7 @@ def _send_locked(
             )
         # Step 5: the sender has seen everything up to its own message only if
         # nothing from others sat above its read position.
-        if not newer_than_read:
+        if not state.newer:
             _advance_read_seq.update(member.pk, message.seq, read_seq=message.seq)
     return MessageSent(
         message=message,

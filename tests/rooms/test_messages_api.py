@@ -1270,14 +1270,14 @@ def test_a_retry_of_a_scrubbed_message_replays_it(alice, general):
 # --- query counts ---------------------------------------------------------------------------
 
 # Authentication (which also finds no note pending), the room locked with the caller's
-# membership, the idempotency look-up, both unseen figures in one, members for mentions,
-# message insert, head update, event insert, mention insert (and the test transaction's
-# savepoint pair).
-SEND_QUERIES = 11
+# membership and the unseen figures, the idempotency look-up, members for mentions, message
+# insert, head update, event insert, mention insert (and the test transaction's savepoint
+# pair).
+SEND_QUERIES = 10
 # Authentication, room, membership, the page of events, read position update.
 READ_QUERIES = 5
-# Authentication, the room locked with the caller's membership, the unseen page and its
-# count (and savepoints).
+# Authentication, the room locked with the caller's membership and figures, the unseen page
+# and its count (and savepoints).
 REFUSAL_QUERIES = 7
 
 
