@@ -113,7 +113,7 @@ def parse_args() -> Config:
     parser.add_argument("--label", default="latest", help="file name of the results")
     parser.add_argument(
         "--profile", action="store_true",
-        help="after the rounds, one more phase per operation under py-spy (pip install py-spy); "
+        help="after the rounds, one more phase per operation under py-spy; "
         "writes profile-<op>.txt and .raw next to the results",
     )  # fmt: skip
     parser.add_argument(
@@ -601,7 +601,7 @@ def profile_phase(cfg: Config, server: Server, name: str, op: Operation) -> None
     """One more phase of ``op`` with py-spy sampling every worker; writes a summary."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
-        raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
+        raise SystemExit("--profile needs py-spy (requirements.txt): run make install")
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     raws = []
     spies = []
