@@ -5,9 +5,11 @@ sleeps and retries on a growing schedule (1, 2, 5, 10, ... 100 ms), so under
 contention the lock sits idle between writers and a send waits hundreds of
 milliseconds for a lock held for one. Here a transaction first queues for the
 right to write: a lock per database within the process (a waiting thread
-wakes the moment it is released) and ``flock`` on a file beside the database
-across processes, polled every fraction of a millisecond. BEGIN IMMEDIATE
-then finds the database free.
+wakes the moment it is released), then ``flock`` on a file beside the
+database across processes. A process that finds the file locked waits on a
+FIFO beside it, into which every releaser writes a byte, so it wakes as soon
+as the lock is free (and re-checks every few milliseconds in case a holder
+died before it could write). BEGIN IMMEDIATE then finds the database free.
 
 The queue never makes anything wait longer than SQLite would have: past the
 busy timeout a writer stops queueing and leaves the decision to SQLite, which
@@ -21,52 +23,84 @@ import contextlib
 import fcntl
 import functools
 import os
+import select
 import threading
 import time
 
 from django.db.backends.sqlite3 import base, creation
 
-_POLL_SECONDS = 0.0002
+# Longest sleep between two looks at the lock file when no wake-up came.
+_NAP_SECONDS = 0.005
 _guard = threading.Lock()
-_queues: dict[tuple[int, str], tuple[threading.Lock, int]] = {}
 
 
-def _lock_path(path: str) -> str:
-    return f"{path}-writers.lock"
+class WriterQueue:
+    """The queue of one process for one database file."""
+
+    def __init__(self, path: str) -> None:
+        self.thread_lock = threading.Lock()
+        flags = os.O_RDWR | os.O_CLOEXEC
+        self.lock_fd = os.open(f"{path}-writers.lock", flags | os.O_CREAT, 0o600)
+        with contextlib.suppress(FileExistsError):
+            os.mkfifo(f"{path}-writers.wake", 0o600)
+        # Read-write, so that opening never blocks and the FIFO always has a writer.
+        self.wake_fd = os.open(f"{path}-writers.wake", flags | os.O_NONBLOCK)
+
+    def enter(self, timeout: float) -> tuple[bool, bool]:
+        """Wait for this process's turn, then the file's; whether each was had in time."""
+        deadline = time.monotonic() + timeout
+        if not self.thread_lock.acquire(timeout=timeout):
+            return False, False
+        while True:
+            try:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True, True
+            except BlockingIOError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return True, False
+            select.select([self.wake_fd], [], [], min(remaining, _NAP_SECONDS))
+            with contextlib.suppress(BlockingIOError):
+                os.read(self.wake_fd, 65536)  # wake-ups nobody waited for, too
+
+    def leave(self, held_thread: bool, held_file: bool) -> None:
+        if held_file:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+            with contextlib.suppress(BlockingIOError):  # full: the waiters are awake anyway
+                os.write(self.wake_fd, b"\0")
+        if held_thread:
+            self.thread_lock.release()
+
+    def close(self) -> None:
+        os.close(self.lock_fd)
+        os.close(self.wake_fd)
 
 
-def _queue_for(path: str) -> tuple[threading.Lock, int]:
+_queues: dict[tuple[int, str], WriterQueue] = {}
+
+
+def _queue_for(path: str) -> WriterQueue:
     # Per process: a descriptor inherited through fork() would share its
     # flock with the parent, and so would not keep the two apart.
     key = (os.getpid(), path)
     with _guard:
         queue = _queues.get(key)
         if queue is None:
-            fd = os.open(_lock_path(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            queue = _queues[key] = (threading.Lock(), fd)
+            queue = _queues[key] = WriterQueue(path)
         return queue
-
-
-def _flock_before(fd: int, deadline: float) -> bool:
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(_POLL_SECONDS)
 
 
 class DatabaseCreation(creation.DatabaseCreation):
     def _destroy_test_db(self, test_database_name, verbosity):
         super()._destroy_test_db(test_database_name, verbosity)
         if not self.is_in_memory_db(test_database_name):
+            path = str(test_database_name)
             with _guard:
-                for key in [k for k in _queues if k[1] == str(test_database_name)]:
-                    os.close(_queues.pop(key)[1])
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(_lock_path(str(test_database_name)))
+                for key in [k for k in _queues if k[1] == path]:
+                    _queues.pop(key).close()
+            for suffix in ("-writers.lock", "-writers.wake"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path + suffix)
 
 
 @functools.lru_cache(maxsize=512)
@@ -90,21 +124,17 @@ class CursorWrapper(base.SQLiteCursorWrapper):
 
 class DatabaseWrapper(base.DatabaseWrapper):
     creation_class = DatabaseCreation
+    _queued: tuple[WriterQueue, bool, bool] | None = None
 
     def create_cursor(self, name=None):
         return self.connection.cursor(factory=CursorWrapper)
 
-    _queued: tuple[threading.Lock | None, int | None] = (None, None)
-
     def _start_transaction_under_autocommit(self) -> None:
         if self.is_in_memory_db():
             return super()._start_transaction_under_autocommit()
-        thread_lock, fd = _queue_for(str(self.settings_dict["NAME"]))
-        timeout = float(self.settings_dict["OPTIONS"].get("timeout", 5))
-        deadline = time.monotonic() + timeout
-        held_thread = thread_lock.acquire(timeout=timeout)
-        held_file = _flock_before(fd, deadline) if held_thread else False
-        self._queued = (thread_lock if held_thread else None, fd if held_file else None)
+        queue = _queue_for(str(self.settings_dict["NAME"]))
+        held = queue.enter(float(self.settings_dict["OPTIONS"].get("timeout", 5)))
+        self._queued = (queue, *held)
         try:
             super()._start_transaction_under_autocommit()
         except BaseException:
@@ -112,12 +142,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
             raise
 
     def _leave_queue(self) -> None:
-        thread_lock, fd = self._queued
-        self._queued = (None, None)
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        if thread_lock is not None:
-            thread_lock.release()
+        if self._queued is not None:
+            queue, held_thread, held_file = self._queued
+            self._queued = None
+            queue.leave(held_thread, held_file)
 
     def _commit(self) -> None:
         try:

@@ -116,7 +116,8 @@ def test_threads_and_processes_write_one_at_a_time_and_lose_nothing(database):
 @pytest.mark.parametrize("end", ["commit", "rollback", "close"])
 def test_the_queue_is_left_however_the_transaction_ends(database, end):
     wrapper = _wrapper(database)
-    thread_lock, fd = queue_backend._queue_for(database)
+    queue = queue_backend._queue_for(database)
+    thread_lock, fd = queue.thread_lock, queue.lock_fd
 
     wrapper.ensure_connection()
     wrapper._start_transaction_under_autocommit()
@@ -131,7 +132,7 @@ def test_the_queue_is_left_however_the_transaction_ends(database, end):
 
 def test_the_queue_is_left_when_begin_fails(database):
     wrapper = _wrapper(database)
-    thread_lock, _ = queue_backend._queue_for(database)
+    thread_lock = queue_backend._queue_for(database).thread_lock
     wrapper.ensure_connection()
     with wrapper.cursor() as cursor:
         cursor.execute("BEGIN")  # outside the queue: the next BEGIN fails
@@ -141,6 +142,15 @@ def test_the_queue_is_left_when_begin_fails(database):
 
     assert not thread_lock.locked()
     wrapper.close()
+
+
+def test_wake_ups_nobody_waited_for_do_not_let_two_writers_in(database):
+    # Every release writes a byte into the FIFO, waiter or not; left-over
+    # bytes may wake a waiter early, which must then look at the lock again.
+    queue = queue_backend._queue_for(database)
+    os.write(queue.wake_fd, b"\0" * 5000)
+
+    test_threads_and_processes_write_one_at_a_time_and_lose_nothing(database)
 
 
 def _hold_queue_file(path: str, held, release) -> None:
@@ -173,11 +183,11 @@ def test_a_queue_held_elsewhere_past_the_timeout_leaves_the_decision_to_sqlite(d
 def test_a_forked_process_queues_on_its_own_descriptor(database):
     # flock belongs to the open file description: one inherited through fork
     # would be shared with the parent and keep nothing apart.
-    parent_fd = queue_backend._queue_for(database)[1]
+    parent_fd = queue_backend._queue_for(database).lock_fd
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child reports whether it got a fresh descriptor, then leaves
-        child_fd = queue_backend._queue_for(database)[1]
+        child_fd = queue_backend._queue_for(database).lock_fd
         os.write(write_end, b"fresh" if child_fd != parent_fd else b"shared")
         os._exit(0)
     os.close(write_end)
