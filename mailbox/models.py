@@ -311,14 +311,17 @@ class Note(models.Model):
             # The pending-notes lookup runs on every request; these partial
             # indexes hold only undelivered notes, so it stays cheap however
             # many notes were ever delivered.
+            # Each matches one branch of the lookup exactly (bound to a
+            # session, or to a name only), so no planner reads the unbound
+            # notes of every name to find one name's.
             models.Index(
                 fields=["bound_session"],
-                condition=Q(delivered_at__isnull=True),
+                condition=Q(delivered_at__isnull=True, bound_session__isnull=False),
                 name="note_pending_bound",
             ),
             models.Index(
                 fields=["recipient"],
-                condition=Q(delivered_at__isnull=True),
+                condition=Q(delivered_at__isnull=True, bound_session__isnull=True),
                 name="note_pending_name",
             ),
             models.Index(

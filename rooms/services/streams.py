@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import BigIntegerField, Exists, F, FilteredRelation, OuterRef, Q, Value
+from django.db.models import BigIntegerField, F, FilteredRelation, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -305,10 +305,14 @@ _room_for_send = Prepared(
             own_seen=last_ordinal(
                 "author_ordinal", OuterRef("pk"), author=name_id, upto=OuterRef("reference")
             ),
-            newer=Exists(
-                Event.objects.filter(room=OuterRef("pk"), seq__gt=OuterRef("my_read_seq")).exclude(
-                    actor_id=name_id
-                )
+            # The first such event, not EXISTS: with the read position coming
+            # from the row, PostgreSQL's generic EXISTS plan scans the whole
+            # table; ORDER BY seq LIMIT 1 walks the (room, seq) index from it.
+            newer=Subquery(
+                Event.objects.filter(room=OuterRef("pk"), seq__gt=OuterRef("my_read_seq"))
+                .exclude(actor_id=name_id)
+                .order_by("seq")
+                .values("seq")[:1]
             ),
         )
         .order_by()
@@ -328,7 +332,7 @@ class _SendState:
     seen: int  # messages up to the reference point
     own: int  # the caller's messages in the room
     own_seen: int  # the caller's messages up to the reference point
-    newer: bool  # anything from others above the caller's read position
+    newer: int | None  # seq of the first event from others above the caller's read position
 
 
 def _lock_room_for_send(slug: str, name_id: int, after_seq: int | None) -> _SendState:
@@ -422,7 +426,7 @@ def _send_locked(
             )
         # Step 5: the sender has seen everything up to its own message only if
         # nothing from others sat above its read position.
-        if not state.newer:
+        if state.newer is None:
             _advance_read_seq.update(member.pk, message.seq, read_seq=message.seq)
     return MessageSent(
         message=message,
