@@ -14,6 +14,7 @@ uses the ORM directly.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -93,9 +94,10 @@ def _hashable(value: Any) -> bool:
     return True
 
 
-def concrete_attnames(model: type[Model]) -> list[str]:
-    """The model's column attributes in ``from_db`` order."""
-    return [f.attname for f in model._meta.concrete_fields]
+@functools.cache
+def concrete_attnames(model: type[Model]) -> tuple[str, ...]:
+    """The model's column attributes in ``from_db`` order; fixed once apps are loaded."""
+    return tuple(f.attname for f in model._meta.concrete_fields)
 
 
 def instances_from_row(row: Sequence[Any], *models: type[Model], using: str = "default"):

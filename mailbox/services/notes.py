@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from mailbox import wakeups
@@ -343,10 +343,6 @@ def pending_exists() -> Q:
     for exists in rest:
         first |= exists
     return first
-
-
-def notes_pending(session: Session) -> QuerySet[Note]:
-    return Note.objects.filter(_pending_q(session))
 
 
 def notes_claim(session: Session) -> list[Note]:
