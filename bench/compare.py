@@ -36,13 +36,16 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--b-workers", type=int, help="workers for B (default: --workers)")
     parser.add_argument("--b-threads", type=int, help="threads for B (default: --threads)")
+    parser.add_argument("--active-requests", type=int, help="PLUMB_ACTIVE_REQUESTS (both sides)")
+    parser.add_argument("--b-active-requests", type=int, help="PLUMB_ACTIVE_REQUESTS for B")
     parser.add_argument("--json", help="write the comparison here too")
     args = parser.parse_args()
 
     base = bench.Config(
         app_dir=Path(args.a).resolve(), db=args.db, rounds=args.rounds, clients=8,
         requests=args.requests, growth_requests=0, growth_rounds=0, growth_sizes=[],
-        phase_cap=20.0, workers=args.workers, threads=args.threads, warmup=100,
+        phase_cap=20.0, workers=args.workers, threads=args.threads,
+        active_requests=args.active_requests, warmup=100,
         skip_growth=True, out_dir=bench.RESULTS_DIR, label="compare", profile=False,
         only=[o for o in args.only.split(",") if o],
     )  # fmt: skip
@@ -53,6 +56,9 @@ def main() -> int:
             app_dir=Path(args.b).resolve(),
             workers=args.b_workers or args.workers,
             threads=args.b_threads or args.threads,
+            active_requests=(
+                args.active_requests if args.b_active_requests is None else args.b_active_requests
+            ),
         ),
     }
     results: dict[str, dict[str, list[bench.PhaseResult]]] = {"A": {}, "B": {}}

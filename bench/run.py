@@ -73,6 +73,8 @@ class Config:
     workers: int
     threads: int
     warmup: int
+    # PLUMB_ACTIVE_REQUESTS for the server; None leaves plumb's default.
+    active_requests: int | None
     skip_growth: bool
     out_dir: Path
     label: str
@@ -107,6 +109,12 @@ def parse_args() -> Config:
     )  # fmt: skip
     parser.add_argument("--workers", type=int, default=int(os.environ.get("BENCH_WORKERS", 2)))
     parser.add_argument("--threads", type=int, default=int(os.environ.get("BENCH_THREADS", 4)))
+    parser.add_argument(
+        "--active-requests", type=int,
+        default=int(os.environ.get("BENCH_ACTIVE_REQUESTS") or -1),
+        help="requests each worker runs at once (PLUMB_ACTIVE_REQUESTS; 0: as many as threads); "
+        "default: plumb's (1 on SQLite, 0 on PostgreSQL)",
+    )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=100, help="unrecorded requests per op")
     parser.add_argument("--skip-growth", action="store_true")
     parser.add_argument("--out-dir", default=str(RESULTS_DIR))
@@ -132,6 +140,7 @@ def parse_args() -> Config:
         phase_cap=a.phase_cap,
         workers=a.workers,
         threads=a.threads,
+        active_requests=None if a.active_requests < 0 else a.active_requests,
         warmup=a.warmup,
         skip_growth=a.skip_growth,
         out_dir=Path(a.out_dir),
@@ -274,6 +283,14 @@ class Server:
         return total
 
 
+def active_requests_label(cfg: Config) -> str:
+    """How many requests each worker runs at once, as plumb will size its gate."""
+    width = cfg.active_requests
+    if width is None:
+        width = 1 if cfg.db == "sqlite" else 0
+    return str(width) if width else "all"
+
+
 def server_env(cfg: Config, workdir: Path, database_url: str) -> dict[str, str]:
     env = {
         k: v
@@ -297,6 +314,8 @@ def server_env(cfg: Config, workdir: Path, database_url: str) -> dict[str, str]:
             "PYTHONPATH": str(cfg.app_dir),
         }
     )
+    if cfg.active_requests is not None:
+        env["PLUMB_ACTIVE_REQUESTS"] = str(cfg.active_requests)
     return env
 
 
@@ -861,7 +880,8 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"{meta['when']} · {meta['commit']} · {meta['cpus']} CPUs · Python {meta['python']} · "
         f"{meta['database_version']} · gunicorn gthread {meta['workers']} workers x "
-        f"{meta['threads']} threads · {meta['clients']} clients · median of {meta['rounds']} "
+        f"{meta['threads']} threads, {meta.get('active_requests', 'all')} active · "
+        f"{meta['clients']} clients · median of {meta['rounds']} "
         f"rounds x {meta['requests']} requests · load average before {meta['loadavg_before']}",
         "",
         "| operation | ops/s | x floor | p50 ms | p99 ms | queries | server CPU ms/op |",
@@ -990,6 +1010,7 @@ def run(cfg: Config, pg_url: str | None) -> int:
                 "database_version": database_version(cfg, pg_url),
                 "workers": cfg.workers,
                 "threads": cfg.threads,
+                "active_requests": active_requests_label(cfg),
                 "clients": cfg.clients,
                 "rounds": cfg.rounds,
                 "requests": cfg.requests,

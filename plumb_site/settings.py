@@ -199,6 +199,12 @@ STORAGES = {
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("PLUMB_MAX_REQUEST_BYTES", 256 * 1024, minimum=1024)
 
 PLUMB_SESSION_TTL = env_int("PLUMB_SESSION_TTL", 300, minimum=1)
+# Requests of one server process that run at once (0: as many as threads).
+# One on SQLite, where a second one only fights the first for the interpreter
+# lock; see plumb_site/gate.py.
+PLUMB_ACTIVE_REQUESTS = env_int(
+    "PLUMB_ACTIVE_REQUESTS", 1 if DATABASES["default"]["ENGINE"] == "plumb_site.sqlite" else 0
+)
 # last_seen_at is refreshed at most this often per session, so that a busy
 # agent does not turn every read into a write.
 PLUMB_SEEN_WRITE_INTERVAL = env_int("PLUMB_SEEN_WRITE_INTERVAL", 5, minimum=0)
