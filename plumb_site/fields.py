@@ -5,13 +5,40 @@ programs, a number where a string belongs is a bug in the client that
 should be reported, not papered over.
 """
 
+import re
 from typing import Any
 
 from rest_framework import serializers
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+class FastProhibitSurrogateCharactersValidator(ProhibitSurrogateCharactersValidator):
+    """DRF's check, same message and code, by a regex search instead of a Python
+    loop over every character (a tenth of a send's validation for a short body)."""
+
+    def __call__(self, value: Any) -> None:
+        text = str(value)
+        if text.isascii():
+            return
+        found = _SURROGATE.search(text)
+        if found is not None:
+            message = self.message.format(code_point=ord(found.group()))
+            raise serializers.ValidationError(message, code=self.code)
 
 
 class StrictCharField(serializers.CharField):
     default_error_messages = {"invalid": "Must be a string."}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.validators = [
+            FastProhibitSurrogateCharactersValidator()
+            if type(v) is ProhibitSurrogateCharactersValidator
+            else v
+            for v in self.validators
+        ]
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):

@@ -6,8 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from rest_framework.exceptions import ValidationError
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from mailbox.api.serializers import NoteLeaveInput
+from plumb_site.fields import FastProhibitSurrogateCharactersValidator
 from plumb_site.validation import validated
 from rooms.api.serializers import EventsReadInput, MessageSendInput
 
@@ -50,3 +52,27 @@ def test_threads_share_one_serializer_without_mixing_their_data():
     assert [(r["body"], r["after_seq"]) for r in results] == [
         (f"message {i}", i) for i in range(400)
     ]
+
+
+@pytest.mark.parametrize(
+    "text", ["", "plain", "é\ud800x", "a\udfff\ud800", "\U0001f600", "x" * 500 + "\udbff", 42]
+)
+def test_the_surrogate_check_answers_as_drfs(text):
+    def outcome(validator):
+        try:
+            validator(text)
+        except ValidationError as exc:
+            return [(str(d), d.code) for d in exc.detail]
+        return None
+
+    assert outcome(FastProhibitSurrogateCharactersValidator()) == outcome(
+        ProhibitSurrogateCharactersValidator()
+    )
+
+
+def test_a_body_with_a_surrogate_is_refused_as_drf_would():
+    data = {"body": "hi \udc00"}
+    assert _shared(MessageSendInput, data) == (
+        "invalid",
+        {"body": ["Surrogate characters are not allowed: U+DC00."]},
+    )
