@@ -17,10 +17,25 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
+from types import NoneType
 from typing import Any
 
 from django.db import connections
-from django.db.models import Model, QuerySet
+from django.db.backends.base.operations import BaseDatabaseOperations
+from django.db.models import (
+    AutoField,
+    BigAutoField,
+    BigIntegerField,
+    CharField,
+    Field,
+    ForeignKey,
+    IntegerField,
+    Model,
+    QuerySet,
+    SmallAutoField,
+    SmallIntegerField,
+    TextField,
+)
 
 # Far outside any id, count or seq that plumb stores, so that a sentinel is
 # never confused with a constant of the query itself.
@@ -62,7 +77,8 @@ class Prepared:
         converters = list(compiler.get_converters([col for col, _, _ in compiler.select]).items())
         return sql, slots, converters
 
-    def rows(self, using: str = "default", **values: Any) -> list[list[Any]]:
+    def rows(self, using: str = "default", cursor=None, **values: Any) -> list[list[Any]]:
+        """The rows for ``values``; on ``cursor`` if given (one of ``using``), else a new one."""
         compiled = self._compiled.get(using)
         if compiled is None:
             with self._lock:
@@ -71,7 +87,11 @@ class Prepared:
         sql, slots, converters = compiled
         params = [values[value] if is_slot else value for is_slot, value in slots]
         connection = connections[using]
-        with connection.cursor() as cursor:
+        if cursor is None:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                fetched = cursor.fetchall()
+        else:
             cursor.execute(sql, params)
             fetched = cursor.fetchall()
         rows = []
@@ -111,23 +131,54 @@ def instances_from_row(row: Sequence[Any], *models: type[Model], using: str = "d
     return instances
 
 
+def _as_is_types(field: Field, connection) -> tuple[type, ...]:
+    """The value types that ``field`` saves unchanged on this connection.
+
+    For these, ``pre_save`` and ``get_db_prep_save`` return the attribute as
+    it is (a str for a text column; an int or None for an integer column or a
+    key, where the backend adapts integers as they are, as SQLite does), so
+    the insert can pass it straight on. Exact Django classes only: a subclass
+    may convert. Any other value takes the full path.
+    """
+    kind = type(field)
+    ops = type(connection.ops)
+    if kind.pre_save is not Field.pre_save:
+        return ()
+    if kind in (CharField, TextField):
+        return (str, NoneType)
+    integers_as_is = (
+        kind in (IntegerField, BigIntegerField, SmallIntegerField)
+        and ops.adapt_integerfield_value is BaseDatabaseOperations.adapt_integerfield_value
+    )
+    keys_as_is = (
+        kind is ForeignKey
+        and type(field.target_field) in (AutoField, BigAutoField, SmallAutoField)
+        and ops.validate_autopk_value is BaseDatabaseOperations.validate_autopk_value
+    )
+    return (int, NoneType) if integers_as_is or keys_as_is else ()
+
+
 class PreparedInsert:
     """Saves a new instance and takes its new key, the SQL built once per process.
 
     Every concrete field but the automatic key is written, its value taken
     through ``pre_save`` and ``get_db_prep_save`` as ``Model.save()`` does.
     No signals are sent: only for models that have no receivers.
+
+    A transaction that runs several of these statements may pass one cursor
+    (of ``using``) to them all: opening and closing one costs more than
+    SQLite needs for a small insert.
     """
 
     def __init__(self, model: type[Model]) -> None:
         self._model = model
         self._fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-        self._sql: dict[str, str] = {}
+        self._compiled: dict[str, tuple[str, list[tuple[Field, str, tuple[type, ...]]]]] = {}
 
-    def insert(self, instance: Model, using: str = "default") -> None:
+    def insert(self, instance: Model, using: str = "default", cursor=None) -> None:
         connection = connections[using]
-        sql = self._sql.get(using)
-        if sql is None:
+        compiled = self._compiled.get(using)
+        if compiled is None:
             quote = connection.ops.quote_name
             meta = self._model._meta
             columns = ", ".join(quote(f.column) for f in self._fields)
@@ -135,17 +186,29 @@ class PreparedInsert:
             sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})"
             if connection.vendor != "sqlite":
                 sql += f" RETURNING {quote(meta.pk.column)}"
-            self._sql[using] = sql
-        params = [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in self._fields]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            # SQLite reports the new rowid without a returned row to step through
-            # (one call into SQLite fewer, inside the write lock).
-            instance.pk = (
-                cursor.lastrowid if connection.vendor == "sqlite" else cursor.fetchone()[0]
-            )
+            plan = [(f, f.attname, _as_is_types(f, connection)) for f in self._fields]
+            compiled = self._compiled[using] = (sql, plan)
+        sql, plan = compiled
+        params = []
+        for f, attname, as_is in plan:
+            value = getattr(instance, attname)
+            if type(value) not in as_is:
+                value = f.get_db_prep_save(f.pre_save(instance, True), connection)
+            params.append(value)
+        if cursor is None:
+            with connection.cursor() as cursor:
+                instance.pk = self._execute(cursor, sql, params, connection)
+        else:
+            instance.pk = self._execute(cursor, sql, params, connection)
         instance._state.adding = False
         instance._state.db = using
+
+    @staticmethod
+    def _execute(cursor, sql: str, params: list, connection) -> Any:
+        cursor.execute(sql, params)
+        # SQLite reports the new rowid without a returned row to step through
+        # (one call into SQLite fewer, inside the write lock).
+        return cursor.lastrowid if connection.vendor == "sqlite" else cursor.fetchone()[0]
 
 
 class PreparedUpdate:
@@ -153,27 +216,42 @@ class PreparedUpdate:
 
     ``where`` is an optional condition on the row, written with column names
     and ``%s`` (for example ``"read_seq" < %s``), for conditional updates.
+    ``cursor`` is as for ``PreparedInsert``.
     """
 
     def __init__(self, model: type[Model], fields: Sequence[str], where: str = "") -> None:
         self._model = model
         self._fields = [model._meta.get_field(name) for name in fields]
         self._where = where
-        self._sql: dict[str, str] = {}
+        self._compiled: dict[str, tuple[str, list[tuple[Field, str, tuple[type, ...]]]]] = {}
 
-    def update(self, pk: Any, *where_params: Any, using: str = "default", **values: Any) -> int:
+    def update(
+        self, pk: Any, *where_params: Any, using: str = "default", cursor=None, **values: Any
+    ) -> int:
         connection = connections[using]
-        sql = self._sql.get(using)
-        if sql is None:
+        compiled = self._compiled.get(using)
+        if compiled is None:
             quote = connection.ops.quote_name
             meta = self._model._meta
             assignments = ", ".join(f"{quote(f.column)} = %s" for f in self._fields)
             extra = f" AND {self._where}" if self._where else ""
-            sql = self._sql[using] = (
+            sql = (
                 f"UPDATE {quote(meta.db_table)} SET {assignments} "
                 f"WHERE {quote(meta.pk.column)} = %s{extra}"
             )
-        params = [f.get_db_prep_save(values[f.attname], connection) for f in self._fields]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [*params, pk, *where_params])
-            return cursor.rowcount
+            plan = [(f, f.attname, _as_is_types(f, connection)) for f in self._fields]
+            compiled = self._compiled[using] = (sql, plan)
+        sql, plan = compiled
+        params = []
+        for f, attname, as_is in plan:
+            value = values[attname]
+            if type(value) not in as_is:
+                value = f.get_db_prep_save(value, connection)
+            params.append(value)
+        params += [pk, *where_params]
+        if cursor is None:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.rowcount
+        cursor.execute(sql, params)
+        return cursor.rowcount

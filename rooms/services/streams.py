@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import BigIntegerField, F, FilteredRelation, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -96,12 +96,15 @@ _insert_message = PreparedInsert(Message)
 _advance_read_seq = PreparedUpdate(Member, ["read_seq"], where='"read_seq" < %s')
 
 
-def append_event(room: Room, **fields: Any) -> Event:
-    """Insert the room's next event. The caller holds the room row lock."""
+def append_event(room: Room, cursor=None, **fields: Any) -> Event:
+    """Insert the room's next event. The caller holds the room row lock.
+
+    ``cursor``: the caller's open cursor, if it has one, to run the statements on.
+    """
     room.head_seq += 1
-    _set_head_seq.update(room.pk, head_seq=room.head_seq)
+    _set_head_seq.update(room.pk, cursor=cursor, head_seq=room.head_seq)
     event = Event(room=room, seq=room.head_seq, **fields)
-    _insert_event.insert(event)
+    _insert_event.insert(event, cursor=cursor)
     return event
 
 
@@ -335,8 +338,8 @@ class _SendState:
     newer: int | None  # seq of the first event from others above the caller's read position
 
 
-def _lock_room_for_send(slug: str, name_id: int, after_seq: int | None) -> _SendState:
-    rows = _room_for_send.rows(slug=slug, name_id=name_id, after_seq=after_seq)
+def _lock_room_for_send(slug: str, name_id: int, after_seq: int | None, cursor) -> _SendState:
+    rows = _room_for_send.rows(cursor=cursor, slug=slug, name_id=name_id, after_seq=after_seq)
     if not rows:
         raise RoomNotFound(f"No room is named {slug!r}.")
     row = rows[0]
@@ -355,8 +358,10 @@ def _send_locked(
     after_seq: int | None,
     require_read: bool,
 ) -> MessageSent:
-    with transaction.atomic():
-        state = _lock_room_for_send(slug, session.name_id, after_seq)
+    # One cursor for the send's own statements: opening one costs more than
+    # SQLite needs for each of them.
+    with transaction.atomic(), connection.cursor() as cursor:
+        state = _lock_room_for_send(slug, session.name_id, after_seq, cursor)
         room, member = state.room, state.member
         # Step 2 first: a retry of a send that succeeded replays even if the
         # room moved on, was locked, or the author has since left.
@@ -411,9 +416,10 @@ def _send_locked(
             send_report=report,
             created_at=now,
         )
-        _insert_message.insert(message)
+        _insert_message.insert(message, cursor=cursor)
         append_event(
             room,
+            cursor=cursor,
             kind=Event.Kind.MESSAGE,
             actor=session.name,
             actor_display_name=member.display_name,
@@ -427,7 +433,7 @@ def _send_locked(
         # Step 5: the sender has seen everything up to its own message only if
         # nothing from others sat above its read position.
         if state.newer is None:
-            _advance_read_seq.update(member.pk, message.seq, read_seq=message.seq)
+            _advance_read_seq.update(member.pk, message.seq, cursor=cursor, read_seq=message.seq)
     return MessageSent(
         message=message,
         latest_seq=room.head_seq,

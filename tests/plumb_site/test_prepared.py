@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from types import NoneType
 
 import pytest
-from django.db import connection
-from django.db.models import Count, Q
+from django.db import connection, transaction
+from django.db.models import CharField, Count, Q
 from django.test.utils import CaptureQueriesContext
 
 from mailbox.models import AgentName, Session
@@ -14,10 +15,11 @@ from plumb_site.prepared import (
     Prepared,
     PreparedInsert,
     PreparedUpdate,
+    _as_is_types,
     concrete_attnames,
     instances_from_row,
 )
-from rooms.models import Event, Member
+from rooms.models import Event, Member, Message
 from rooms.services import room_create
 from tests.factories import SessionFactory
 
@@ -139,3 +141,64 @@ def test_an_update_changes_only_the_rows_its_condition_allows(sessions):
     assert advance.update(member.pk, 9, read_seq=9) == 1
     member.refresh_from_db()
     assert member.read_seq == 9
+
+
+@pytest.mark.parametrize("model", [Event, Message])
+def test_values_passed_as_they_are_are_what_the_field_would_save(model):
+    samples = {str: ["", "x", "é\u2028"], int: [0, 7, -(2**63)], NoneType: [None]}
+    for field in model._meta.concrete_fields:
+        for kind in _as_is_types(field, connection):
+            for value in samples[kind]:
+                assert field.get_db_prep_save(value, connection) is value, (field, value)
+
+
+def test_as_is_only_for_exact_types_of_plain_fields(db):
+    class Upper(CharField):
+        def get_prep_value(self, value):
+            return value.upper()
+
+    assert _as_is_types(Upper(max_length=5), connection) == ()
+    assert _as_is_types(Message._meta.get_field("created_at"), connection) == ()
+    assert _as_is_types(Message._meta.get_field("mentions"), connection) == ()
+    assert _as_is_types(Message._meta.get_field("seq"), connection) in [(int, NoneType), ()]
+
+
+def test_a_message_insert_stores_what_save_would_store(sessions):
+    room, _ = room_create(sessions[0], slug="lab")
+    fields = dict(
+        room=room,
+        author=sessions[0].name,
+        body="hello",
+        idempotency_key=None,
+        mentions=[{"handle": "ann"}],
+        send_report={"unseen_before_send": 0},
+    )
+    by_save = Message.objects.create(seq=2, ordinal=1, **fields)
+    prepared = Message(seq=3, ordinal=2, **fields)
+
+    PreparedInsert(Message).insert(prepared)
+
+    stored = Message.objects.values().get(pk=prepared.pk)
+    expected = Message.objects.values().get(pk=by_save.pk)
+    differing = {"id", "public_id", "seq", "ordinal", "created_at"}
+    assert {k: v for k, v in stored.items() if k not in differing} == {
+        k: v for k, v in expected.items() if k not in differing
+    }
+    assert stored["public_id"] == prepared.public_id
+
+
+def test_statements_can_share_the_callers_cursor(sessions):
+    room, _ = room_create(sessions[0], slug="lab")
+    member = Member.objects.get(room=room)
+    advance = PreparedUpdate(Member, ["read_seq"], where='"read_seq" < %s')
+    lookup = Prepared(
+        lambda pk: Member.objects.filter(pk=pk).values_list("read_seq"), params=["pk"]
+    )
+    event = Event(room=room, seq=2, kind=Event.Kind.MODERATION)
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        PreparedInsert(Event).insert(event, cursor=cursor)
+        assert advance.update(member.pk, 2, cursor=cursor, read_seq=2) == 1
+        assert lookup.rows(cursor=cursor, pk=member.pk) == [[2]]
+
+    assert Event.objects.get(pk=event.pk).seq == 2
