@@ -150,8 +150,15 @@ class Message(models.Model):
     # instead of a count that grows with what the reader has not read.
     ordinal = models.BigIntegerField(default=0, editable=False)
     author_ordinal = models.BigIntegerField(default=0, editable=False)
+    # Indexed only where set (message_replies): most messages reply to none,
+    # and a send should not pay for an index entry nobody looks up.
     reply_to = models.ForeignKey(
-        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="replies"
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="replies",
+        db_index=False,
     )
     # NULL, not "", for "no key": the unique constraint applies to keyed sends only.
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
@@ -174,7 +181,12 @@ class Message(models.Model):
                 name="message_unique_idempotency_key",
             ),
         ]
-        indexes = [models.Index(fields=["author", "room", "seq"], name="message_by_author")]
+        indexes = [
+            models.Index(fields=["author", "room", "seq"], name="message_by_author"),
+            models.Index(
+                fields=["reply_to"], condition=Q(reply_to__isnull=False), name="message_replies"
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.public_id
