@@ -14,7 +14,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from mailbox import wakeups
 from mailbox.models import Note
@@ -163,6 +163,20 @@ def test_a_request_inside_a_transaction_keeps_its_place():
     assert entered.wait(TIMEOUT)
     leave.set()
     thread.join(TIMEOUT)
+
+
+def test_the_default_gate_is_one_on_sqlite_and_open_on_postgresql(settings):
+    width = settings.PLUMB_ACTIVE_REQUESTS
+
+    assert width == (1 if connection.vendor == "sqlite" else 0)
+
+
+def test_the_process_gate_takes_its_width_from_settings(settings, monkeypatch):
+    monkeypatch.setattr(gate_module, "_gate", None)
+    settings.PLUMB_ACTIVE_REQUESTS = 3
+
+    assert gate_module.gate().width == 3
+    assert gate_module.gate() is gate_module.gate()
 
 
 # --- through the WSGI entry point --------------------------------------------------------
