@@ -10,7 +10,7 @@ PORT ?= 8000
 WEB_CONCURRENCY ?= 2
 # A long-polling check_messages holds a worker thread while it waits; threads
 # per process keep idle pollers from starving other requests. On SQLite each
-# process still runs one request at a time (PLUMB_ACTIVE_REQUESTS, plumb_site/gate.py).
+# process still runs one request at a time (PLUMB_ACTIVE_REQUESTS, common/gate.py).
 THREADS ?= 8
 
 .PHONY: install serve test test-postgres bench lint superuser clean chromium

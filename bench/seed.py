@@ -186,7 +186,7 @@ _B32 = bytes(
 
 
 def _public_ids(prefix: str, count: int) -> list[str]:
-    """``count`` ids shaped like ``plumb_site.ids.new_public_id`` (24 base32 letters).
+    """``count`` ids shaped like ``common.ids.new_public_id`` (24 base32 letters).
 
     Generated in bulk (base64.b32encode is slow per call) and sorted, so that a
     batch walks each unique index in order instead of jumping around it.

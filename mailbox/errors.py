@@ -1,6 +1,6 @@
 """Domain errors of the mailbox app (identity, sessions and, later, notes)."""
 
-from plumb_site.errors import Conflict, NotFound, PlumbError, ValidationFailed
+from common.errors import Conflict, NotFound, PlumbError, ValidationFailed
 
 
 class WorkspaceNotFound(NotFound):

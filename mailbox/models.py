@@ -14,7 +14,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from plumb_site.ids import new_public_id
+from common.ids import new_public_id
 
 # \Z, not $: "$" also matches before a trailing newline, letting "dev\n" through.
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}\Z"

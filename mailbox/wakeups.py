@@ -10,7 +10,7 @@ pollers never hold up the requests that have work to do.
 
 import threading
 
-from plumb_site.gate import gate
+from common.gate import gate
 
 POLL_INTERVAL = 0.5
 

@@ -12,11 +12,11 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
+from common.prepared import Prepared, concrete_attnames, instances_from_row
 from mailbox import credentials
 from mailbox.models import AgentName, Project, ProjectKey, Session, Workspace
 from mailbox.services import key_touch, session_touch
 from mailbox.services.notes import pending_exists
-from plumb_site.prepared import Prepared, concrete_attnames, instances_from_row
 
 REALM = 'Bearer realm="plumb"'
 

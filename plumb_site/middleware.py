@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
-from plumb_site.errors import error_response
+from common.errors import error_response
 
 API_PREFIXES = ("/api/", "/mcp", "/healthz")
 

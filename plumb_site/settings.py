@@ -201,7 +201,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("PLUMB_MAX_REQUEST_BYTES", 256 * 1024, min
 PLUMB_SESSION_TTL = env_int("PLUMB_SESSION_TTL", 300, minimum=1)
 # Requests of one server process that run at once (0: as many as threads).
 # One on SQLite, where a second one only fights the first for the interpreter
-# lock; see plumb_site/gate.py.
+# lock; see common/gate.py.
 PLUMB_ACTIVE_REQUESTS = env_int(
     "PLUMB_ACTIVE_REQUESTS", 1 if DATABASES["default"]["ENGINE"] == "plumb_site.sqlite" else 0
 )
@@ -215,12 +215,12 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["plumb_site.auth.SessionTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["plumb_site.auth.IsAgentSession"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["plumb_site.parsers.StrictJSONParser"],
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "plumb_site.negotiation.JSONOnlyNegotiation",
+    "DEFAULT_PARSER_CLASSES": ["common.parsers.StrictJSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "common.negotiation.JSONOnlyNegotiation",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [],
     "DEFAULT_THROTTLE_RATES": {"session": PLUMB_RATE_SESSION, "project_key": PLUMB_RATE_KEY},
-    "EXCEPTION_HANDLER": "plumb_site.errors.exception_handler",
+    "EXCEPTION_HANDLER": "common.errors.exception_handler",
     # No OPTIONS metadata: it is undocumented, so it answers 405 like any other.
     "DEFAULT_METADATA_CLASS": None,
     "UNAUTHENTICATED_USER": None,
@@ -243,7 +243,7 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "plumb_site.schema.add_error_responses",
+        "common.schema.add_error_responses",
     ],
     "APPEND_COMPONENTS": {
         "securitySchemes": {

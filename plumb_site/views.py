@@ -8,8 +8,8 @@ from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 
+from common.errors import error_body
 from plumb_site.api import PlumbApiView, schema_fingerprint
-from plumb_site.errors import error_body
 
 logger = logging.getLogger("plumb.health")
 

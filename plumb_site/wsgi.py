@@ -5,7 +5,7 @@ import os
 from django.conf import settings
 from django.core.wsgi import get_wsgi_application
 
-from plumb_site.gate import gate
+from common.gate import gate
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "plumb_site.settings")
 
@@ -30,7 +30,7 @@ def _refuse(start_response, refusal: tuple[str, bytes]) -> list[bytes]:
 
 
 def application(environ, start_response):
-    """Django's WSGI app, behind the process's request gate (plumb_site/gate.py).
+    """Django's WSGI app, behind the process's request gate (common/gate.py).
 
     The body is read off the socket before the gate is taken, so a slow
     client holds only its own thread, never the process's turn; a body past

@@ -2,7 +2,7 @@
 
 Nothing here edits a room's stream directly. Every change is a moderation
 service (``rooms.services.moderation``) run from an action that asks for a
-reason first (``mailbox.admin.actions``), so the room gets its ``moderation``
+reason first (``common.admin.actions``), so the room gets its ``moderation``
 event and the audit trail its record whichever way the admin got there: the
 changelist's action menu or a change page's button. Object pages are
 view-only; rooms, members and messages are created by agents over the API.
@@ -27,9 +27,9 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
-from mailbox.admin.actions import reason_action
-from mailbox.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge, slug_filter
-from mailbox.admin.paging import LargeTableAdminMixin
+from common.admin.actions import reason_action
+from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge, slug_filter
+from common.admin.paging import LargeTableAdminMixin
 from plumb_site import transcripts
 from rooms import services
 from rooms.models import Event, Member, Message, Room

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from plumb_site.errors import Conflict, NotFound, PlumbError
+from common.errors import Conflict, NotFound, PlumbError
 
 
 class RoomNotFound(NotFound):

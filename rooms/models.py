@@ -12,8 +12,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from common.ids import new_public_id
 from mailbox.models import SLUG_PATTERN, AgentName, Project
-from plumb_site.ids import new_public_id
 
 room_slug_validator = RegexValidator(
     SLUG_PATTERN, "Use 1-64 lower-case letters, digits or '-', starting with a letter or digit."

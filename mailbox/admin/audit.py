@@ -11,8 +11,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from mailbox.admin.pages import ListTitleMixin, badge, slug_filter
-from mailbox.admin.paging import LargeTableAdminMixin
+from common.admin.pages import ListTitleMixin, badge, slug_filter
+from common.admin.paging import LargeTableAdminMixin
 from mailbox.models import AuditRecord
 
 # Every action a service records, for the filter: a fixed list costs no query,

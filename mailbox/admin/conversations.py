@@ -19,10 +19,10 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
+from common.admin.actions import reason_action
+from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge
+from common.admin.paging import LargeTableAdminMixin
 from mailbox import services
-from mailbox.admin.actions import reason_action
-from mailbox.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge
-from mailbox.admin.paging import LargeTableAdminMixin
 from mailbox.models import Conversation, Note, Participant
 from plumb_site import transcripts
 

@@ -25,9 +25,10 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from common.admin.actions import admin_actor
+from common.admin.pages import slug_filter
+from common.errors import PlumbError
 from mailbox import services
-from mailbox.admin.actions import admin_actor
-from mailbox.admin.pages import slug_filter
 from mailbox.errors import OptInNotFound
 from mailbox.models import (
     AgentName,
@@ -37,7 +38,6 @@ from mailbox.models import (
     Session,
     Workspace,
 )
-from plumb_site.errors import PlumbError
 
 
 def _adopt(target: Model, created: Model) -> None:

@@ -2,8 +2,8 @@
 
 from rest_framework import serializers
 
+from common.fields import StrictCharField, StrictRegexField
 from mailbox.models import HANDLE_PATTERN, SLUG_PATTERN
-from plumb_site.fields import StrictCharField, StrictRegexField
 
 
 class NoteSenderSerializer(serializers.Serializer):

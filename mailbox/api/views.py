@@ -4,6 +4,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
+from common.errors import BodyTooLarge
+from common.schema import error_responses
+from common.validation import validated
 from mailbox import selectors, services
 from mailbox.api import serializers as s
 from mailbox.errors import (
@@ -22,10 +25,7 @@ from mailbox.errors import (
 )
 from plumb_site.api import PlumbApiView, SessionApiView
 from plumb_site.auth import IsProjectKey, ProjectKeyAuthentication
-from plumb_site.errors import BodyTooLarge
-from plumb_site.schema import error_responses
 from plumb_site.throttles import ProjectKeyRateThrottle
-from plumb_site.validation import validated
 
 
 class SessionStartApi(PlumbApiView):

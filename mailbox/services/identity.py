@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from common.errors import ValidationFailed
 from mailbox import credentials
 from mailbox.errors import (
     AlreadyExists,
@@ -40,7 +41,6 @@ from mailbox.models import (
 )
 from mailbox.services.audit import audit_record
 from mailbox.services.notes import notes_unbind
-from plumb_site.errors import ValidationFailed
 
 _SLUG_RE = re.compile(SLUG_PATTERN)
 _HANDLE_RE = re.compile(HANDLE_PATTERN)

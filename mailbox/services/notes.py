@@ -10,8 +10,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from common.bodies import body_prepare, idempotency_key_check
+from common.errors import ValidationFailed
 from mailbox import wakeups
-from mailbox.bodies import body_prepare, idempotency_key_check
 from mailbox.errors import (
     ConversationExhausted,
     ConversationLocked,
@@ -33,7 +34,6 @@ from mailbox.models import (
 )
 from mailbox.selectors import optin_allows
 from mailbox.services.audit import audit_record
-from plumb_site.errors import ValidationFailed
 
 NEXT = "next"
 # Notes handed out by one response at most; the rest follow on the next call.

@@ -26,6 +26,7 @@ from django.http import HttpRequest
 from rest_framework import exceptions
 from rest_framework.throttling import SimpleRateThrottle
 
+from common.errors import PlumbError, ValidationFailed
 from mailbox import credentials
 from mailbox.errors import NameInUse
 from mailbox.models import ProjectKey, Session
@@ -35,7 +36,6 @@ from plumb_site.auth import (
     SessionTokenAuthentication,
     bearer_credential,
 )
-from plumb_site.errors import PlumbError, ValidationFailed
 from plumb_site.mcp.schemas import HANDLE, SLUG
 from plumb_site.throttles import ProjectKeyRateThrottle, SessionRateThrottle
 

@@ -25,9 +25,9 @@ from typing import Any
 from django.http import HttpRequest
 from rest_framework import exceptions as drf
 
+from common.errors import PlumbError, exception_handler
 from plumb_site.api import schema_fingerprint
 from plumb_site.auth import REALM
-from plumb_site.errors import PlumbError, exception_handler
 from plumb_site.mcp import identity, tools
 from plumb_site.mcp.schemas import TOOLS
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from rest_framework import serializers
 
+from common.bodies import MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEY
+from common.errors import ValidationFailed
 from mailbox.api import serializers as mailbox_io
-from mailbox.bodies import MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEY
-from plumb_site.errors import ValidationFailed
 from rooms.api import serializers as room_io
 
 FINGERPRINT_FIELD = "tool_schema_fingerprint"

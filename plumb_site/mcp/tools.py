@@ -16,15 +16,15 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from rest_framework import exceptions as drf
 
+from common.errors import PlumbError, ValidationFailed, exception_handler
+from common.validation import validated
 from mailbox import selectors as mailbox_selectors
 from mailbox import services as mailbox_services
 from mailbox.api import serializers as mailbox_io
 from mailbox.models import Session
 from plumb_site.api import deliver_notes, schema_fingerprint
-from plumb_site.errors import PlumbError, ValidationFailed, exception_handler
 from plumb_site.mcp import identity
 from plumb_site.mcp.schemas import FINGERPRINT_FIELD, TOOLS_BY_NAME, check_arguments
-from plumb_site.validation import validated
 from rooms import selectors as room_selectors
 from rooms import services as room_services
 from rooms.api import serializers as room_io

@@ -19,8 +19,8 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import ParseError
 
+from common.parsers import MAX_DEPTH, check_json_value
 from plumb_site.mcp import protocol
-from plumb_site.parsers import MAX_DEPTH, check_json_value
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 

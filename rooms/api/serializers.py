@@ -7,14 +7,14 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
-from mailbox.api.serializers import EnvelopeSerializer, ScrubbedSerializer
-from mailbox.models import SLUG_PATTERN
-from plumb_site.fields import (
+from common.fields import (
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
     StrictRegexField,
 )
+from mailbox.api.serializers import EnvelopeSerializer, ScrubbedSerializer
+from mailbox.models import SLUG_PATTERN
 from rooms.mentions import visible
 from rooms.models import Event, Message
 

@@ -4,11 +4,11 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
+from common.errors import BodyTooLarge
+from common.schema import error_responses
+from common.validation import validated
 from mailbox.errors import CrossProjectRefused, IdempotencyKeyReused
 from plumb_site.api import SessionApiView
-from plumb_site.errors import BodyTooLarge
-from plumb_site.schema import error_responses
-from plumb_site.validation import validated
 from rooms import selectors, services
 from rooms.api import serializers as s
 from rooms.errors import (

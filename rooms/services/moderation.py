@@ -11,8 +11,8 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from common.errors import ValidationFailed
 from mailbox.services.audit import audit_record
-from plumb_site.errors import ValidationFailed
 from rooms.models import Event, Member, Message, Room
 from rooms.services.streams import append_event, lock_room
 

@@ -18,19 +18,19 @@ from django.db.models import BigIntegerField, F, FilteredRelation, OuterRef, Q, 
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from mailbox.bodies import body_prepare, idempotency_key_check
-from mailbox.errors import CrossProjectRefused, IdempotencyKeyReused
-from mailbox.models import AgentName, Session
-from mailbox.selectors import optin_allows
-from mailbox.services.identity import slug_check
-from plumb_site.errors import ValidationFailed
-from plumb_site.prepared import (
+from common.bodies import body_prepare, idempotency_key_check
+from common.errors import ValidationFailed
+from common.prepared import (
     Prepared,
     PreparedInsert,
     PreparedUpdate,
     concrete_attnames,
     instances_from_row,
 )
+from mailbox.errors import CrossProjectRefused, IdempotencyKeyReused
+from mailbox.models import AgentName, Session
+from mailbox.selectors import optin_allows
+from mailbox.services.identity import slug_check
 from rooms import mentions as mention_rules
 from rooms.errors import (
     MemberMuted,
@@ -89,7 +89,7 @@ def _current_member(room: Room, name_id: int) -> Member:
 
 
 # Every event and message goes through these; their SQL is built once per
-# process (plumb_site.prepared). Rooms have no signal receivers.
+# process (common.prepared). Rooms have no signal receivers.
 _set_head_seq = PreparedUpdate(Room, ["head_seq"])
 _insert_event = PreparedInsert(Event)
 _insert_message = PreparedInsert(Message)
@@ -282,7 +282,7 @@ def message_send(
 
 
 # Everything a send reads, in one query compiled once per process
-# (plumb_site.prepared): the room row, locked (of=("self",): not the member
+# (common.prepared): the room row, locked (of=("self",): not the member
 # row); the caller's current membership; the message ordinals that give the
 # unseen count above the reference point (after_seq, else the read position)
 # and the new message's ordinals; and whether anything from others sits above

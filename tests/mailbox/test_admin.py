@@ -18,8 +18,8 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from common.admin.actions import CONFIRM_FIELD
 from mailbox import credentials, services
-from mailbox.admin.actions import CONFIRM_FIELD
 from mailbox.errors import AlreadyExists
 from mailbox.models import (
     AgentName,

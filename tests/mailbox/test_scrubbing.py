@@ -10,8 +10,8 @@ import re
 
 import pytest
 
+from common.scrubbing import ScrubResult, scrub
 from mailbox import credentials
-from mailbox.scrubbing import ScrubResult, scrub
 
 DASHES = "-" * 5
 

@@ -16,11 +16,11 @@ import sys
 
 import pytest
 
-from mailbox import scrubbing
-from mailbox.scrubbing import ScrubResult, scrub, scrub_full
-from mailbox.scrubbing import prefilter as prefilter_module
-from mailbox.scrubbing.prefilter import Prefilter, fold
-from mailbox.scrubbing.rules import RULES, Rule
+from common import scrubbing
+from common.scrubbing import ScrubResult, scrub, scrub_full
+from common.scrubbing import prefilter as prefilter_module
+from common.scrubbing.prefilter import Prefilter, fold
+from common.scrubbing.rules import RULES, Rule
 from tests.mailbox.test_scrubbing import (
     BASIC_CREDENTIALS,
     CLEAN,

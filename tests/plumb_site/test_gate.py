@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection, transaction
 
+from common import gate as gate_module
+from common.gate import RequestGate
 from mailbox import wakeups
 from mailbox.models import Note
-from plumb_site import gate as gate_module
-from plumb_site.gate import RequestGate
 from plumb_site.wsgi import application
 from tests.factories import SessionFactory, WorkspaceFactory
 

@@ -10,8 +10,7 @@ from django.db import connection, transaction
 from django.db.models import CharField, Count, Q
 from django.test.utils import CaptureQueriesContext
 
-from mailbox.models import AgentName, Session
-from plumb_site.prepared import (
+from common.prepared import (
     Prepared,
     PreparedInsert,
     PreparedUpdate,
@@ -19,6 +18,7 @@ from plumb_site.prepared import (
     concrete_attnames,
     instances_from_row,
 )
+from mailbox.models import AgentName, Session
 from rooms.models import Event, Member, Message
 from rooms.services import room_create
 from tests.factories import SessionFactory

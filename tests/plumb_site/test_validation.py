@@ -8,9 +8,9 @@ import pytest
 from rest_framework.exceptions import ValidationError
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
+from common.fields import FastProhibitSurrogateCharactersValidator
+from common.validation import validated
 from mailbox.api.serializers import NoteLeaveInput
-from plumb_site.fields import FastProhibitSurrogateCharactersValidator
-from plumb_site.validation import validated
 from rooms.api.serializers import EventsReadInput, MessageSendInput
 
 CASES = [

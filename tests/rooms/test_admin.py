@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from mailbox.admin import paging
-from mailbox.admin.actions import CONFIRM_FIELD, NEXT_FIELD
+from common.admin import paging
+from common.admin.actions import CONFIRM_FIELD, NEXT_FIELD
 from mailbox.models import AgentName, AuditRecord, Workspace
 from plumb_site import transcripts
 from rooms import services

@@ -3,9 +3,9 @@ stream and an audit record, and agents feel its effect through the API."""
 
 import pytest
 
+from common.errors import ValidationFailed
 from mailbox.models import AuditRecord, Conversation
 from mailbox.services import conversation_lock, conversation_unlock
-from plumb_site.errors import ValidationFailed
 from rooms import services
 from rooms.models import Event, Member, Message, Room
 from tests.conftest import client_for

@@ -25,9 +25,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from common.errors import PlumbError
 from mailbox import selectors, services
 from mailbox.models import Project, ProjectKey
-from plumb_site.errors import PlumbError
 
 
 def on_off(value: str) -> bool:

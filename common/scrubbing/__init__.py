@@ -38,9 +38,9 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from mailbox.scrubbing.prefilter import Prefilter
-from mailbox.scrubbing.refine import Span
-from mailbox.scrubbing.rules import RULES
+from common.scrubbing.prefilter import Prefilter
+from common.scrubbing.refine import Span
+from common.scrubbing.rules import RULES
 
 __all__ = ["ScrubResult", "scrub", "scrub_full"]
 

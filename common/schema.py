@@ -10,7 +10,7 @@ from collections import defaultdict
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import serializers
 
-from plumb_site.errors import PlumbError
+from common.errors import PlumbError
 
 ErrorSerializer = inline_serializer(
     name="Error",

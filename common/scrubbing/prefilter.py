@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from mailbox.scrubbing.rules import Rule
+from common.scrubbing.rules import Rule
 
 # re's IGNORECASE pairs four non-ASCII letters with ASCII ones. str.lower()
 # turns U+212A (Kelvin sign) into "k", but keeps U+0131 (dotless small i) and

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from mailbox.admin.actions import NEXT_FIELD
+from common.admin.actions import NEXT_FIELD
 
 
 def badge(text: str, kind: str = "") -> SafeString:

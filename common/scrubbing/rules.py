@@ -1,7 +1,7 @@
 """The rule table: which secrets are recognised, in priority order, and how.
 
 Each rule carries, next to its pattern, the anchors the prefilter uses to skip
-a body in which the pattern cannot match (see ``mailbox.scrubbing.prefilter``).
+a body in which the pattern cannot match (see ``common.scrubbing.prefilter``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mailbox.scrubbing.refine import (
+from common.scrubbing.refine import (
     Span,
     is_dummy_token,
     refine_assignment,

@@ -9,7 +9,7 @@ reason; the second POST runs the service once per object and says how many
 changed.
 
 Change pages reach the same confirmation with a small form that posts the
-action for their one object (``mailbox.admin.pages.ObjectToolsMixin``), so
+action for their one object (``common.admin.pages.ObjectToolsMixin``), so
 there is a single code path from the admin to each moderation service.
 """
 
@@ -27,7 +27,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from plumb_site.errors import PlumbError
+from common.errors import PlumbError
 
 CONFIRM_FIELD = "_plumb_reason_confirm"
 NEXT_FIELD = "_plumb_next"

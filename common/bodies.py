@@ -1,7 +1,7 @@
 """Rules every stored text follows, for notes and room messages alike."""
 
-from mailbox.scrubbing import ScrubResult, scrub
-from plumb_site.errors import BodyTooLarge, ValidationFailed
+from common.errors import BodyTooLarge, ValidationFailed
+from common.scrubbing import ScrubResult, scrub
 
 MAX_BODY_BYTES = 16384
 MAX_IDEMPOTENCY_KEY = 128
