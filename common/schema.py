@@ -1,12 +1,20 @@
-"""OpenAPI helpers: the error shape, documented on every operation.
+"""OpenAPI helpers: the error shape, documented on every operation, and the fingerprint.
 
 Views list the domain errors they raise with :func:`error_responses`; the
 postprocessing hook adds the errors any operation can answer (malformed
 body, authentication, rate limit), so the published schema is complete.
 """
 
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
 from collections import defaultdict
 
+from django.conf import settings
+from django.utils.module_loading import import_string
+from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import serializers
 
@@ -77,3 +85,47 @@ def add_error_responses(result: dict, generator, request, public) -> dict:
                         "content": {"application/json": {"schema": _ERROR_REF}},
                     }
     return result
+
+
+# --- the schema fingerprint ------------------------------------------------------------
+
+# The name clients use for it in bodies, query strings and tool arguments (SPEC §2).
+FINGERPRINT_FIELD = "tool_schema_fingerprint"
+
+_fingerprint_lock = threading.Lock()
+_fingerprint: str | None = None
+
+
+def schema_fingerprint() -> str:
+    """A short hash of the published API schema and tool list, computed once per process.
+
+    The OpenAPI document is generated here; every other published document
+    (the MCP tool list) is named in ``PLUMB_PUBLISHED_SCHEMAS`` by the project's
+    settings, so that the floor never imports the front doors that publish them.
+    """
+    global _fingerprint
+    if _fingerprint is None:
+        with _fingerprint_lock:
+            if _fingerprint is None:
+                published = {
+                    name: import_string(path)
+                    for name, path in settings.PLUMB_PUBLISHED_SCHEMAS.items()
+                }
+                published["openapi"] = SchemaGenerator().get_schema(request=None, public=True)
+                canonical = json.dumps(published, sort_keys=True, default=str)
+                _fingerprint = hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return _fingerprint
+
+
+def reset_schema_fingerprint() -> None:
+    """Forget the cached fingerprint (tests that change the URL conf use it)."""
+    global _fingerprint
+    with _fingerprint_lock:
+        _fingerprint = None
+
+
+def schema_stale(fingerprint: str | None) -> dict[str, str] | None:
+    """``schema_stale``'s value when a client named a fingerprint other than the server's."""
+    if fingerprint and fingerprint != schema_fingerprint():
+        return {"current": schema_fingerprint()}
+    return None

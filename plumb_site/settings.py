@@ -212,8 +212,8 @@ PLUMB_RATE_SESSION = env_rate("PLUMB_RATE_SESSION", "100/s")
 PLUMB_RATE_KEY = env_rate("PLUMB_RATE_KEY", "10/s")
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["plumb_site.auth.SessionTokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["plumb_site.auth.IsAgentSession"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["mailbox.api.auth.SessionTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["mailbox.api.auth.IsAgentSession"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["common.parsers.StrictJSONParser"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "common.negotiation.JSONOnlyNegotiation",
@@ -227,6 +227,10 @@ REST_FRAMEWORK = {
     "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
+
+# Documents that the schema fingerprint covers besides the OpenAPI schema
+# (common/schema.py); named here so that the floor never imports the roof.
+PLUMB_PUBLISHED_SCHEMAS = {"mcp_tools": "plumb_site.mcp.schemas.TOOLS"}
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "plumb API",

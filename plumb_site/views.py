@@ -9,7 +9,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from common.errors import error_body
-from plumb_site.api import PlumbApiView, schema_fingerprint
+from common.schema import schema_fingerprint
+from mailbox.api.base import PlumbApiView
 
 logger = logging.getLogger("plumb.health")
 

@@ -30,8 +30,9 @@ from django.utils.text import Truncator
 from common.admin.actions import reason_action
 from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge, slug_filter
 from common.admin.paging import LargeTableAdminMixin
-from plumb_site import transcripts
-from rooms import services
+from common.markdown import render_markdown, visible_html
+from common.transcripts import parse_after_seq
+from rooms import services, transcripts
 from rooms.models import Event, Member, Message, Room
 
 
@@ -133,7 +134,7 @@ class MemberInline(admin.TabularInline):
 
     @admin.display(description="display name")
     def shown_name(self, member: Member) -> SafeString:
-        return transcripts.visible_html(member.display_name)
+        return visible_html(member.display_name)
 
     @admin.display(description="state")
     def state(self, member: Member) -> SafeString:
@@ -298,7 +299,7 @@ class RoomAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.M
         if not self.has_view_permission(request, room):
             raise PermissionDenied
         page = transcripts.room_transcript(
-            room, after_seq=transcripts.parse_after_seq(request.GET.get("after_seq"))
+            room, after_seq=parse_after_seq(request.GET.get("after_seq"))
         )
         members, member_count = transcripts.room_members(room)
         context = {
@@ -352,7 +353,7 @@ class MemberAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin
 
     @admin.display(description="display name (invisible characters shown)")
     def shown_name(self, member: Member) -> SafeString:
-        return transcripts.visible_html(member.display_name)
+        return visible_html(member.display_name)
 
     @admin.display(description="state")
     def state(self, member: Member) -> SafeString:
@@ -449,7 +450,7 @@ class MessageAdmin(
 
     @admin.display(description="author's display name (invisible characters shown)")
     def author_name(self, message: Message) -> SafeString:
-        return transcripts.visible_html(message.author_display_name)
+        return visible_html(message.author_display_name)
 
     @admin.display(description="body")
     def excerpt(self, message: Message) -> SafeString:
@@ -475,7 +476,7 @@ class MessageAdmin(
         handles = [m.get("handle", "") for m in message.mentions]
         return format_html(
             '<div class="plumb-body">{}</div>',
-            transcripts.render_markdown(message.body, mentions=handles),
+            render_markdown(message.body, mentions=handles),
         )
 
     hide_messages = reason_action(

@@ -3,6 +3,7 @@
 from typing import Any
 
 from common.errors import Conflict, NotFound, PlumbError
+from rooms.representation import events_json
 
 
 class RoomNotFound(NotFound):
@@ -49,8 +50,6 @@ class UnreadMessages(Conflict):
         self.events = events
 
     def as_dict(self) -> dict[str, Any]:
-        from rooms.api.serializers import EventSerializer
-
         body = super().as_dict()
-        body["error"]["details"]["unseen"] = EventSerializer(self.events, many=True).data
+        body["error"]["details"]["unseen"] = events_json(self.events)
         return body

@@ -64,6 +64,8 @@ from confusable_homoglyphs.confusables import confusables_data
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from common.text import INVISIBLE, normalize_handle
+
 
 @dataclass(frozen=True)
 class Member:
@@ -88,15 +90,6 @@ class MentionResult:
     warnings: list[dict[str, str]]
 
 
-# Unicode's Default_Ignorable_Code_Point (zero-width space and joiners, word joiner, BOM,
-# soft hyphen, variation selectors, Hangul fillers, tags...) plus Bidi_Control. The `regex`
-# module carries these properties; the standard library's unicodedata does not.
-_INVISIBLE = regex.compile(r"[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}]")
-# visible() also writes out controls, line/paragraph separators and lone surrogates, which a
-# display name can carry and which would otherwise break or hide part of a line.
-_HIDDEN = regex.compile(
-    r"[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}\p{Cc}\p{Zl}\p{Zp}\p{Cs}]"
-)
 _TOKEN_CHAR = regex.compile(
     r"[\p{L}\p{N}\p{M}\p{Default_Ignorable_Code_Point}\p{Bidi_Control}._\-]"
 )
@@ -120,25 +113,6 @@ _ESCAPED = 1  # an escape or entity: part of a token, never its at sign
 _CONTEXT = 2  # seen by the reader (code, autolink, line break) but never part of a token
 # Stands in for an image or an inline HTML tag: visible (or gone) but not a word character.
 _OBJECT = "\ufffc"
-
-
-def normalize_handle(text: str) -> str:
-    """Return the form in which typed handles and member handles are compared.
-
-    Invisible characters are removed first, so that the marks they separate compose under
-    NFKC; then NFKC, case folding, and NFKC again, since folding can leave text that is not
-    normalized.
-    """
-    text = _INVISIBLE.sub("", text)
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
-
-
-def visible(text: str) -> str:
-    """Write invisible, bidi-control and control characters as ``<U+200B>``.
-
-    Used for ``display_name_visible``, so that a reader can see what a display name hides.
-    """
-    return _HIDDEN.sub(lambda match: f"<U+{ord(match.group()):04X}>", text)
 
 
 def extract_mention_tokens(body: str) -> list[str]:
@@ -198,7 +172,7 @@ def resolve_mentions_full(body: str, members: Iterable[Member]) -> MentionResult
         if resolved is not None:
             typed, member = resolved
             mentions.setdefault(member.handle, member)
-            if _INVISIBLE.search(typed):
+            if INVISIBLE.search(typed):
                 warnings[(at_sign + typed, member.handle, "invisible_characters")] = None
             continue
         lookalike = _resolve_confusable(candidates, by_skeleton)
@@ -232,7 +206,7 @@ def _candidates(token: str) -> list[str]:
     start = len(token)
     while _is_trailing_punctuation(token[start - 1]):
         start -= 1
-    cuts = [index for index in range(start, len(token)) if not _INVISIBLE.match(token[index])]
+    cuts = [index for index in range(start, len(token)) if not INVISIBLE.match(token[index])]
     candidates = [token]
     for kept in range(min(len(cuts) - 1, _MAX_HANDLE_LENGTH), -1, -1):
         candidates.append(token[: cuts[kept]])
@@ -327,7 +301,7 @@ def _is_at_sign(char: str) -> bool:
 
 def _is_glued(text: str, index: int) -> bool:
     before = index - 1
-    while before >= 0 and _INVISIBLE.match(text[before]):
+    while before >= 0 and INVISIBLE.match(text[before]):
         before -= 1
     if before < 0:
         return False
@@ -340,12 +314,12 @@ def _is_token_char(char: str) -> bool:
 
 
 def _is_trailing_punctuation(char: str) -> bool:
-    return bool(_INVISIBLE.match(char)) or _nfkc(char) in _TRAILING_PUNCTUATION
+    return bool(INVISIBLE.match(char)) or _nfkc(char) in _TRAILING_PUNCTUATION
 
 
 def _is_mention_shaped(token: str) -> bool:
     for char in token:
-        if not _INVISIBLE.match(char):
+        if not INVISIBLE.match(char):
             return bool(_LETTER_OR_DIGIT.match(char))
     return False
 

@@ -22,9 +22,10 @@ from django.utils.text import Truncator
 from common.admin.actions import reason_action
 from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge
 from common.admin.paging import LargeTableAdminMixin
-from mailbox import services
+from common.markdown import render_markdown
+from common.transcripts import parse_after_seq
+from mailbox import services, transcripts
 from mailbox.models import Conversation, Note, Participant
-from plumb_site import transcripts
 
 
 class LockedFilter(admin.SimpleListFilter):
@@ -233,7 +234,7 @@ class ConversationAdmin(ListTitleMixin, ObjectToolsMixin, LargeTableAdminMixin, 
         if not self.has_view_permission(request, conversation):
             raise PermissionDenied
         page = transcripts.conversation_transcript(
-            conversation, after_seq=transcripts.parse_after_seq(request.GET.get("after_seq"))
+            conversation, after_seq=parse_after_seq(request.GET.get("after_seq"))
         )
         context = {
             **self.admin_site.each_context(request),
@@ -296,9 +297,7 @@ class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="as rendered")
     def rendered(self, note: Note) -> SafeString:
-        return format_html(
-            '<div class="plumb-body">{}</div>', transcripts.render_markdown(note.body)
-        )
+        return format_html('<div class="plumb-body">{}</div>', render_markdown(note.body))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -4,34 +4,12 @@ from rest_framework import serializers
 
 from common.fields import StrictCharField, StrictRegexField
 from mailbox.models import HANDLE_PATTERN, SLUG_PATTERN
-
-
-class NoteSenderSerializer(serializers.Serializer):
-    name = serializers.CharField(source="handle")
-    workspace = serializers.CharField(source="workspace.slug")
-    project = serializers.CharField(source="workspace.project.slug")
-
-
-class NoteSerializer(serializers.Serializer):
-    """A note as agents see it (SPEC §3.3). Expects sender, conversation and
-    addressee to be selected already (see ``mailbox.selectors``)."""
-
-    id = serializers.CharField(source="public_id")
-    conversation_id = serializers.CharField(source="conversation.public_id")
-    from_ = NoteSenderSerializer(source="sender_name")
-    to = serializers.CharField(source="to_display", help_text='A name, or "next".')
-    body = serializers.CharField()
-    created_at = serializers.DateTimeField()
-    position = serializers.IntegerField(help_text="1-based index of the note in its thread.")
-    exchanges_left = serializers.IntegerField(source="conversation.exchanges_left")
-    delivered_at = serializers.DateTimeField(
-        allow_null=True, help_text="When the note was delivered; null while it waits."
-    )
-
-    def get_fields(self):
-        # "from" is a Python keyword; expose the attribute under its contract name.
-        fields = super().get_fields()
-        return {("from" if name == "from_" else name): f for name, f in fields.items()}
+from mailbox.representation import (
+    ConversationDetailSerializer,
+    ConversationSerializer,
+    NoteSerializer,
+    SessionSerializer,
+)
 
 
 class SessionStartInput(serializers.Serializer):
@@ -53,16 +31,6 @@ class SessionStartInput(serializers.Serializer):
         },
     )
     tool_schema_fingerprint = StrictCharField(required=False, max_length=128)
-
-
-class SessionSerializer(serializers.Serializer):
-    id = serializers.CharField(source="public_id")
-    name = serializers.CharField(source="name.handle")
-    workspace = serializers.CharField(source="workspace.slug")
-    project = serializers.CharField(source="workspace.project.slug")
-    started_at = serializers.DateTimeField()
-    last_seen_at = serializers.DateTimeField()
-    ended_at = serializers.DateTimeField(allow_null=True)
 
 
 class SchemaStaleSerializer(serializers.Serializer):
@@ -143,30 +111,6 @@ class ConversationListInput(serializers.Serializer):
     )
 
 
-class ParticipantSerializer(serializers.Serializer):
-    name = serializers.CharField(source="name.handle")
-    workspace = serializers.CharField(source="name.workspace.slug")
-    project = serializers.CharField(source="name.workspace.project.slug")
-
-
-class ConversationSerializer(serializers.Serializer):
-    id = serializers.CharField(source="public_id")
-    participants = ParticipantSerializer(many=True)
-    cap = serializers.IntegerField()
-    exchanges_left = serializers.IntegerField()
-    notes_count = serializers.IntegerField()
-    created_at = serializers.DateTimeField()
-    last_note_at = serializers.DateTimeField()
-    locked = serializers.SerializerMethodField()
-
-    def get_locked(self, conversation) -> bool:
-        return conversation.locked_at is not None
-
-
-class ConversationDetailSerializer(ConversationSerializer):
-    notes = NoteSerializer(many=True, help_text="Every note of the thread, by position.")
-
-
 class ConversationListOutput(EnvelopeSerializer):
     conversations = ConversationSerializer(many=True)
     has_more = serializers.BooleanField()
@@ -174,21 +118,3 @@ class ConversationListOutput(EnvelopeSerializer):
 
 class ConversationDetailOutput(EnvelopeSerializer):
     conversation = ConversationDetailSerializer()
-
-
-# --- response bodies, shared by the REST views and the MCP tools ------------------
-
-
-def note_left_body(left) -> dict:
-    return {
-        "note": NoteSerializer(left.note).data,
-        "conversation_id": left.note.conversation.public_id,
-        "delivery": left.delivery,
-        "exchanges_left": left.exchanges_left,
-        "scrubbed": left.scrubbed,
-        "replayed": left.replayed,
-    }
-
-
-def conversation_list_body(threads, has_more: bool) -> dict:
-    return {"conversations": ConversationSerializer(threads, many=True).data, "has_more": has_more}

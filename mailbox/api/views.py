@@ -7,8 +7,11 @@ from rest_framework.response import Response
 from common.errors import BodyTooLarge
 from common.schema import error_responses
 from common.validation import validated
-from mailbox import selectors, services
+from mailbox import representation, selectors, services
 from mailbox.api import serializers as s
+from mailbox.api.auth import IsProjectKey, ProjectKeyAuthentication
+from mailbox.api.base import PlumbApiView, SessionApiView
+from mailbox.api.throttles import ProjectKeyRateThrottle
 from mailbox.errors import (
     ConversationExhausted,
     ConversationLocked,
@@ -23,9 +26,6 @@ from mailbox.errors import (
     RecipientNotFound,
     WorkspaceNotFound,
 )
-from plumb_site.api import PlumbApiView, SessionApiView
-from plumb_site.auth import IsProjectKey, ProjectKeyAuthentication
-from plumb_site.throttles import ProjectKeyRateThrottle
 
 
 class SessionStartApi(PlumbApiView):
@@ -58,7 +58,7 @@ class SessionStartApi(PlumbApiView):
         )
         # The envelope delivers the new session's pending notes with this reply.
         request.plumb_session = started.session
-        body = {"session": s.SessionSerializer(started.session).data, "token": started.token}
+        body = {"session": representation.session_json(started.session), "token": started.token}
         return Response(body, status=status.HTTP_201_CREATED)
 
 
@@ -71,7 +71,7 @@ class SessionCurrentApi(SessionApiView):
         tags=["sessions"],
     )
     def get(self, request):
-        return Response({"session": s.SessionSerializer(self.session).data})
+        return Response({"session": representation.session_json(self.session)})
 
     @extend_schema(
         operation_id="session_end",
@@ -86,7 +86,7 @@ class SessionCurrentApi(SessionApiView):
     )
     def delete(self, request):
         session = services.session_end(self.session)
-        return Response({"session": s.SessionSerializer(session).data})
+        return Response({"session": representation.session_json(session)})
 
 
 class NotesApi(SessionApiView):
@@ -121,7 +121,7 @@ class NotesApi(SessionApiView):
     def post(self, request):
         data = validated(s.NoteLeaveInput, request.data)
         left = services.note_leave(self.session, **s.NoteLeaveInput.service_arguments(data))
-        body = s.note_left_body(left)
+        body = representation.note_left_body(left)
         return Response(body, status=status.HTTP_200_OK if left.replayed else 201)
 
     @extend_schema(
@@ -141,7 +141,7 @@ class NotesApi(SessionApiView):
         query = validated(s.NotesCheckInput, request.query_params)
         notes = services.notes_wait(self.session, wait=query["wait"])
         # Setting "notes" here tells the envelope the delivery is done.
-        return Response({"notes": s.NoteSerializer(notes, many=True).data})
+        return Response({"notes": representation.notes_json(notes)})
 
 
 class ConversationListApi(SessionApiView):
@@ -156,7 +156,7 @@ class ConversationListApi(SessionApiView):
     def get(self, request):
         query = validated(s.ConversationListInput, request.query_params)
         threads, has_more = selectors.conversation_list_for_session(self.session, **query)
-        return Response(s.conversation_list_body(threads, has_more))
+        return Response(representation.conversation_list_body(threads, has_more))
 
 
 class ConversationDetailApi(SessionApiView):
@@ -173,4 +173,4 @@ class ConversationDetailApi(SessionApiView):
     )
     def get(self, request, conversation_id: str):
         conversation = selectors.conversation_get_for_session(self.session, conversation_id)
-        return Response({"conversation": s.ConversationDetailSerializer(conversation).data})
+        return Response(representation.conversation_detail_body(conversation))

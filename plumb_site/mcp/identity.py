@@ -28,16 +28,16 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from common.errors import PlumbError, ValidationFailed
 from mailbox import credentials
-from mailbox.errors import NameInUse
-from mailbox.models import ProjectKey, Session
-from mailbox.services import StartedSession, session_start, session_touch
-from plumb_site.auth import (
+from mailbox.api.auth import (
     ProjectKeyAuthentication,
     SessionTokenAuthentication,
     bearer_credential,
 )
+from mailbox.api.throttles import ProjectKeyRateThrottle, SessionRateThrottle
+from mailbox.errors import NameInUse
+from mailbox.models import ProjectKey, Session
+from mailbox.services import StartedSession, session_start, session_touch
 from plumb_site.mcp.schemas import HANDLE, SLUG
-from plumb_site.throttles import ProjectKeyRateThrottle, SessionRateThrottle
 
 WORKSPACE_HEADER = "Plumb-Workspace"
 NAME_HEADER = "Plumb-Name"

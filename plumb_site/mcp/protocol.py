@@ -26,8 +26,8 @@ from django.http import HttpRequest
 from rest_framework import exceptions as drf
 
 from common.errors import PlumbError, exception_handler
-from plumb_site.api import schema_fingerprint
-from plumb_site.auth import REALM
+from common.schema import schema_fingerprint
+from mailbox.api.auth import REALM
 from plumb_site.mcp import identity, tools
 from plumb_site.mcp.schemas import TOOLS
 

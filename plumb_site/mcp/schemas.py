@@ -19,10 +19,9 @@ from rest_framework import serializers
 
 from common.bodies import MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEY
 from common.errors import ValidationFailed
+from common.schema import FINGERPRINT_FIELD
 from mailbox.api import serializers as mailbox_io
 from rooms.api import serializers as room_io
-
-FINGERPRINT_FIELD = "tool_schema_fingerprint"
 
 # ECMA-262 patterns as JSON Schema publishes them; matched whole (see _matches).
 SLUG = "^[a-z0-9][a-z0-9-]{0,63}$"

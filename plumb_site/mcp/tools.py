@@ -17,14 +17,17 @@ from django.core.serializers.json import DjangoJSONEncoder
 from rest_framework import exceptions as drf
 
 from common.errors import PlumbError, ValidationFailed, exception_handler
+from common.schema import FINGERPRINT_FIELD
 from common.validation import validated
+from mailbox import representation as mailbox_json
 from mailbox import selectors as mailbox_selectors
 from mailbox import services as mailbox_services
 from mailbox.api import serializers as mailbox_io
+from mailbox.api.envelope import envelope
 from mailbox.models import Session
-from plumb_site.api import deliver_notes, schema_fingerprint
 from plumb_site.mcp import identity
-from plumb_site.mcp.schemas import FINGERPRINT_FIELD, TOOLS_BY_NAME, check_arguments
+from plumb_site.mcp.schemas import TOOLS_BY_NAME, check_arguments
+from rooms import representation as room_json
 from rooms import selectors as room_selectors
 from rooms import services as room_services
 from rooms.api import serializers as room_io
@@ -49,6 +52,7 @@ def call_tool(
     fingerprint = arguments.get(FINGERPRINT_FIELD)
     if not isinstance(fingerprint, str) or not fingerprint:
         fingerprint = header_fingerprint
+    session: Session | None = None
     try:
         checked = check_arguments(tool, arguments)
         checked.pop(FINGERPRINT_FIELD, None)
@@ -58,15 +62,10 @@ def call_tool(
             session, _ = identity.acting_session(caller)
             identity.check_session_rate(session)
             payload = _HANDLERS[name](session, checked)
-        # check_messages delivers in its own loop; every other tool here, like
-        # the REST envelope does after the view.
-        if "notes" not in payload:
-            payload["notes"] = deliver_notes(session)
         is_error = False
     except (PlumbError, drf.ValidationError) as exc:
         payload, is_error = dict(exception_handler(exc, {"view": None}).data), True
-    if fingerprint and fingerprint != schema_fingerprint():
-        payload["schema_stale"] = {"current": schema_fingerprint()}
+    envelope(payload, session=session, fingerprint=fingerprint, success=not is_error)
     # One encoding for both forms: DRF's output may hold types plain json refuses.
     text = json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False)
     return {
@@ -104,7 +103,7 @@ def _session_start(caller: identity.Caller, args: dict) -> tuple[Session, dict]:
         )
     identity.check_session_rate(session)
     return session, {
-        "session": mailbox_io.SessionSerializer(session).data,
+        "session": mailbox_json.session_json(session),
         "token": started.token if started is not None else None,
     }
 
@@ -120,25 +119,25 @@ def _agree(field: str, given: str | None, current: str | None) -> None:
 def _leave_note(session: Session, args: dict) -> dict:
     data = validated(mailbox_io.NoteLeaveInput, args)
     left = mailbox_services.note_leave(session, **mailbox_io.NoteLeaveInput.service_arguments(data))
-    return mailbox_io.note_left_body(left)
+    return mailbox_json.note_left_body(left)
 
 
 def _check_messages(session: Session, args: dict) -> dict:
     wait = validated(mailbox_io.NotesCheckInput, args)["wait"]
     notes = mailbox_services.notes_wait(session, wait=wait)
-    return {"notes": mailbox_io.NoteSerializer(notes, many=True).data}
+    return {"notes": mailbox_json.notes_json(notes)}
 
 
 def _list_conversations(session: Session, args: dict) -> dict:
     threads, has_more = mailbox_selectors.conversation_list_for_session(
         session, **validated(mailbox_io.ConversationListInput, args)
     )
-    return mailbox_io.conversation_list_body(threads, has_more)
+    return mailbox_json.conversation_list_body(threads, has_more)
 
 
 def _read_conversation(session: Session, args: dict) -> dict:
     conversation = mailbox_selectors.conversation_get_for_session(session, args["conversation_id"])
-    return {"conversation": mailbox_io.ConversationDetailSerializer(conversation).data}
+    return mailbox_json.conversation_detail_body(conversation)
 
 
 # --- rooms ---------------------------------------------------------------------------
@@ -148,12 +147,12 @@ def _room_event(session: Session, slug: str, event: Event | None, room=None) -> 
     # Re-read through the visibility rule for the caller's annotations, except
     # after a leave: another project's room is no longer visible then.
     room = room or room_selectors.room_get_for_session(session, slug)
-    return room_io.room_event_body(room, event)
+    return room_json.room_event_body(room, event)
 
 
 def _list_rooms(session: Session, args: dict) -> dict:
     rooms = room_selectors.room_list_for_session(session)
-    return {"rooms": room_io.RoomSerializer(rooms, many=True).data}
+    return room_json.room_list_body(rooms)
 
 
 def _create_room(session: Session, args: dict) -> dict:
@@ -176,7 +175,7 @@ def _leave_room(session: Session, args: dict) -> dict:
 def _send_message(session: Session, args: dict) -> dict:
     fields = validated(room_io.MessageSendInput, {k: v for k, v in args.items() if k != "room"})
     sent = room_services.message_send(session, args["room"], **fields)
-    return room_io.message_sent_body(sent)
+    return room_json.message_sent_body(sent)
 
 
 def _read_messages(session: Session, args: dict) -> dict:
@@ -187,7 +186,7 @@ def _read_messages(session: Session, args: dict) -> dict:
     read = room_services.events_read(
         session, args["room"], **validated(room_io.EventsReadInput, query)
     )
-    return room_io.events_read_body(read)
+    return room_json.events_read_body(read)
 
 
 def _review_message(session: Session, args: dict) -> dict:
@@ -199,13 +198,13 @@ def _review_message(session: Session, args: dict) -> dict:
         verdict=data["verdict"],
         body=data.get("body"),
     )
-    return room_io.review_body(room, event)
+    return room_json.review_body(room, event)
 
 
 def _mark_read(session: Session, args: dict) -> dict:
     seq = validated(room_io.ReadInput, {"seq": args["seq"]})["seq"]
     room, member = room_services.read_position_set(session, args["room"], seq=seq)
-    return room_io.read_position_body(room, member)
+    return room_json.read_position_body(room, member)
 
 
 _HANDLERS: dict[str, Callable[[Session, dict], dict]] = {

@@ -7,9 +7,9 @@ from rest_framework.response import Response
 from common.errors import BodyTooLarge
 from common.schema import error_responses
 from common.validation import validated
+from mailbox.api.base import SessionApiView
 from mailbox.errors import CrossProjectRefused, IdempotencyKeyReused
-from plumb_site.api import SessionApiView
-from rooms import selectors, services
+from rooms import representation, selectors, services
 from rooms.api import serializers as s
 from rooms.errors import (
     MemberMuted,
@@ -34,7 +34,7 @@ class RoomListApi(SessionApiView):
     )
     def get(self, request):
         rooms = selectors.room_list_for_session(self.session)
-        return Response({"rooms": s.RoomSerializer(rooms, many=True).data})
+        return Response(representation.room_list_body(rooms))
 
     @extend_schema(
         operation_id="create_room",
@@ -49,7 +49,7 @@ class RoomListApi(SessionApiView):
         fields = {k: v for k, v in data.items() if k != "tool_schema_fingerprint"}
         room, event = services.room_create(self.session, **fields)
         room = selectors.room_get_for_session(self.session, room.slug)
-        return Response(s.room_event_body(room, event), status=status.HTTP_201_CREATED)
+        return Response(representation.room_event_body(room, event), status=status.HTTP_201_CREATED)
 
 
 class RoomDetailApi(SessionApiView):
@@ -62,7 +62,7 @@ class RoomDetailApi(SessionApiView):
     )
     def get(self, request, slug: str):
         room = selectors.room_get_for_session(self.session, slug)
-        return Response({"room": s.RoomSerializer(room).data})
+        return Response({"room": representation.room_json(room)})
 
 
 class RoomJoinApi(SessionApiView):
@@ -83,7 +83,7 @@ class RoomJoinApi(SessionApiView):
         joined = services.room_join(self.session, slug, display_name=data.get("display_name"))
         room = selectors.room_get_for_session(self.session, slug)
         code = status.HTTP_201_CREATED if joined.event is not None else status.HTTP_200_OK
-        return Response(s.room_event_body(room, joined.event), status=code)
+        return Response(representation.room_event_body(room, joined.event), status=code)
 
 
 class RoomLeaveApi(SessionApiView):
@@ -99,7 +99,7 @@ class RoomLeaveApi(SessionApiView):
         room, event = services.room_leave(self.session, slug)
         # Not re-read through the visibility rule: a room of another project
         # is no longer visible once left, but the reply still describes it.
-        return Response(s.room_event_body(room, event))
+        return Response(representation.room_event_body(room, event))
 
 
 class MemberListApi(SessionApiView):
@@ -148,7 +148,7 @@ class MessagesApi(SessionApiView):
         data = validated(s.MessageSendInput, request.data)
         fields = {k: v for k, v in data.items() if k != "tool_schema_fingerprint"}
         sent = services.message_send(self.session, slug, **fields)
-        body = s.message_sent_body(sent)
+        body = representation.message_sent_body(sent)
         return Response(body, status=status.HTTP_200_OK if sent.replayed else 201)
 
     @extend_schema(
@@ -166,7 +166,7 @@ class MessagesApi(SessionApiView):
     def get(self, request, slug: str):
         query = validated(s.EventsReadInput, request.query_params)
         read = services.events_read(self.session, slug, **query)
-        return Response(s.events_read_body(read))
+        return Response(representation.events_read_body(read))
 
 
 class ReadPositionApi(SessionApiView):
@@ -181,7 +181,7 @@ class ReadPositionApi(SessionApiView):
     def post(self, request, slug: str):
         data = validated(s.ReadInput, request.data)
         room, member = services.read_position_set(self.session, slug, seq=data["seq"])
-        return Response(s.read_position_body(room, member))
+        return Response(representation.read_position_body(room, member))
 
 
 class ReviewApi(SessionApiView):
@@ -207,7 +207,7 @@ class ReviewApi(SessionApiView):
             verdict=data["verdict"],
             body=data.get("body"),
         )
-        return Response(s.review_body(room, event), status=status.HTTP_201_CREATED)
+        return Response(representation.review_body(room, event), status=status.HTTP_201_CREATED)
 
 
 class MentionListApi(SessionApiView):

@@ -27,6 +27,7 @@ from common.prepared import (
     concrete_attnames,
     instances_from_row,
 )
+from common.text import visible
 from mailbox.errors import CrossProjectRefused, IdempotencyKeyReused
 from mailbox.models import AgentName, Session
 from mailbox.selectors import optin_allows
@@ -489,7 +490,7 @@ def _resolve_mentions(room: Room, text: str) -> dict[str, Any]:
             {
                 "handle": m.handle,
                 "display_name": m.display_name,
-                "display_name_visible": mention_rules.visible(m.display_name),
+                "display_name_visible": visible(m.display_name),
             }
             for m in result.mentions
         ],

@@ -576,7 +576,7 @@ def test_a_stale_fingerprint_is_reported_on_results_and_errors(headers, workspac
     failed = call("join_room", {"room": "nowhere", **stale}, headers).json()["result"]
     by_header = call("list_rooms", {}, {**headers, "Plumb-Schema-Fingerprint": "0000"})
 
-    from plumb_site.api import schema_fingerprint
+    from common.schema import schema_fingerprint
 
     assert ok["schema_stale"] == {"current": schema_fingerprint()}
     assert failed["structuredContent"]["schema_stale"] == {"current": schema_fingerprint()}

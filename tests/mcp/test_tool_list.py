@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 from rest_framework import serializers
 
+from common.schema import reset_schema_fingerprint, schema_fingerprint
 from mailbox.api import serializers as mailbox_io
-from plumb_site.api import reset_schema_fingerprint, schema_fingerprint
 from plumb_site.mcp import schemas
 from rooms.api import serializers as room_io
 from rooms.models import Event

@@ -5,7 +5,8 @@ from django.urls import include, path, re_path
 from rest_framework.response import Response
 
 import plumb_site.urls
-from plumb_site.api import PlumbApiView, reset_schema_fingerprint, schema_fingerprint
+from common.schema import reset_schema_fingerprint, schema_fingerprint
+from mailbox.api.base import PlumbApiView
 
 pytestmark = pytest.mark.django_db
 

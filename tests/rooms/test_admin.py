@@ -17,8 +17,7 @@ from django.utils import timezone
 from common.admin import paging
 from common.admin.actions import CONFIRM_FIELD, NEXT_FIELD
 from mailbox.models import AgentName, AuditRecord, Workspace
-from plumb_site import transcripts
-from rooms import services
+from rooms import services, transcripts
 from rooms.models import Event, Member, Message, Room
 from tests.conftest import client_for
 from tests.factories import ProjectFactory, SessionFactory

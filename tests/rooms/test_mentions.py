@@ -7,13 +7,8 @@ Non-ASCII characters are written as escapes so that the look-alikes can be told 
 
 import pytest
 
-from rooms.mentions import (
-    Member,
-    extract_mention_tokens,
-    normalize_handle,
-    resolve_mentions,
-    visible,
-)
+from common.text import normalize_handle, visible
+from rooms.mentions import Member, extract_mention_tokens, resolve_mentions
 
 MEMBERS = (
     Member(handle="bob", display_name="Bob"),

@@ -15,8 +15,8 @@ import pytest
 from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 
+from rooms import representation as r
 from rooms import services
-from rooms.api import serializers as s
 from rooms.api.serializers import (
     EventSerializer,
     MessageSerializer,
@@ -77,7 +77,7 @@ def test_the_room_holds_every_event_kind_and_verdict(general):
 
 def test_every_event_has_its_serializers_fields_in_order_and_drfs_bytes(general):
     for event in general:
-        out = s.event_json(event)
+        out = r.event_json(event)
         assert list(out) == fields(EventSerializer), event.kind
         assert rendered(out) == rendered(drf(EventSerializer(), event)), event.kind
         assert rendered(EventSerializer(event).data) == rendered(out)
@@ -87,7 +87,7 @@ def test_every_message_has_its_serializers_fields_in_order_and_drfs_bytes(genera
     messages = [e.message for e in general if e.message_id is not None]
     assert messages
     for message in messages:
-        out = s.message_json(message)
+        out = r.message_json(message)
         assert list(out) == fields(MessageSerializer)
         assert rendered(out) == rendered(drf(MessageSerializer(), message))
         for person in out["mentions"]:
@@ -97,17 +97,17 @@ def test_every_message_has_its_serializers_fields_in_order_and_drfs_bytes(genera
 def test_every_review_has_its_serializers_fields_in_order_and_drfs_bytes(general):
     reviews = [e for e in general if e.kind == Event.Kind.REVIEW]
     for event in reviews:
-        out = s.review_json(event)
+        out = r.review_json(event)
         assert list(out) == fields(ReviewSerializer)
         assert rendered(out) == rendered(drf(ReviewSerializer(), event))
-    assert [s.review_json(e)["body"] for e in reviews] == ["fine", "no", None]
+    assert [r.review_json(e)["body"] for e in reviews] == ["fine", "no", None]
 
 
 def test_every_moderation_has_its_serializers_fields_in_order(general):
     moderations = [e for e in general if e.kind == Event.Kind.MODERATION]
     assert [e.data["action"] for e in moderations] == ["hide", "mute", "lock", "unlock"]
     for event in moderations:
-        out = s.moderation_json(event)
+        out = r.moderation_json(event)
         assert list(out) == fields(ModerationSerializer)
         assert rendered(out) == rendered(drf(ModerationSerializer(), out))
 
@@ -117,15 +117,15 @@ def test_every_actor_matches_the_person_serializer(general):
         if event.actor_id is None:
             continue
         person = {"handle": event.actor.handle, "display_name": event.actor_display_name}
-        out = s.event_json(event)["actor"]
+        out = r.event_json(event)["actor"]
         assert rendered(out) == rendered(drf(PersonSerializer(), person))
-    assert s.event_json(general[0])["actor"]["display_name_visible"] == "Bob<U+200B>"
+    assert r.event_json(general[0])["actor"]["display_name_visible"] == "Bob<U+200B>"
 
 
 def test_a_page_read_without_room_joins_renders_like_one_with_them(general):
     """events_page takes the room it already has instead of joining it per row."""
     joined = list(with_event_relations(Event.objects.filter(room=general[0].room_id)))
-    assert rendered([s.event_json(e) for e in general]) == rendered(
+    assert rendered([r.event_json(e) for e in general]) == rendered(
         [drf(EventSerializer(), e) for e in joined]
     )
 
@@ -140,8 +140,8 @@ def test_read_messages_answers_what_drf_renders(general, bob):
 def test_a_sent_message_renders_like_the_stored_one(general, bob):
     sent = services.message_send(bob, "general", body="@carol again")
     stored = Message.objects.select_related("room", "author", "reply_to").get(pk=sent.message.pk)
-    assert rendered(s.message_json(sent.message)) == rendered(drf(MessageSerializer(), stored))
-    body = s.message_sent_body(sent)
+    assert rendered(r.message_json(sent.message)) == rendered(drf(MessageSerializer(), stored))
+    body = r.message_sent_body(sent)
     assert rendered(body["message"]) == rendered(drf(MessageSerializer(), sent.message))
 
 
@@ -155,4 +155,4 @@ def test_a_sent_message_renders_like_the_stored_one(general, bob):
     ],
 )
 def test_timestamps_are_formatted_as_drfs_datetime_field_does(when):
-    assert s._timestamp(when) == serializers.DateTimeField().to_representation(when)
+    assert r._timestamp(when) == serializers.DateTimeField().to_representation(when)

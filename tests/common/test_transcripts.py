@@ -7,8 +7,9 @@ from html.parser import HTMLParser
 
 import pytest
 
-from plumb_site import transcripts
-from plumb_site.transcripts import Entry, render_markdown, show_bidi, visible_html
+from common import markdown, transcripts
+from common.markdown import render_markdown, show_bidi, visible_html
+from common.transcripts import Entry
 
 HOSTILE = [
     "<script>alert(1)</script>",
@@ -183,17 +184,17 @@ def _entries(seqs: range) -> list[Entry]:
 
 
 def test_pages_link_to_earlier_later_and_newest():
-    first = transcripts._page(_entries(range(1, 6)), after_seq=0, page_size=4, head=20)
+    first = transcripts.transcript_page(_entries(range(1, 6)), after_seq=0, page_size=4, head=20)
     assert (first.first_seq, first.last_seq) == (1, 4)
     assert (first.previous_after, first.next_after, first.last_page_after) == (None, 4, 16)
 
-    middle = transcripts._page(_entries(range(9, 14)), after_seq=8, page_size=4, head=20)
+    middle = transcripts.transcript_page(_entries(range(9, 14)), after_seq=8, page_size=4, head=20)
     assert (middle.previous_after, middle.next_after, middle.last_page_after) == (4, 12, 16)
 
-    last = transcripts._page(_entries(range(17, 21)), after_seq=16, page_size=4, head=20)
+    last = transcripts.transcript_page(_entries(range(17, 21)), after_seq=16, page_size=4, head=20)
     assert (last.previous_after, last.next_after, last.last_page_after) == (12, None, None)
 
-    empty = transcripts._page([], after_seq=30, page_size=4, head=20)
+    empty = transcripts.transcript_page([], after_seq=30, page_size=4, head=20)
     assert (empty.first_seq, empty.next_after, empty.previous_after) == (None, None, 26)
 
 
@@ -204,7 +205,7 @@ def test_the_cleaner_alone_stops_raw_html_too():
         '<script>alert(4)</script><span class="evil mention" style="x">s</span>'
         '<a href="/admin/">r</a>'
     )
-    cleaned = transcripts._CLEANER.clean(raw)
+    cleaned = markdown._CLEANER.clean(raw)
     elements = Elements(cleaned).found
     assert [tag for tag, _ in elements] == ["a", "span", "a"]
     assert elements[0][1] == {"rel": "nofollow noopener"}

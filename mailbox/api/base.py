@@ -1,0 +1,61 @@
+"""The base API views every JSON endpoint inherits: the envelope applies to all of them.
+
+``rooms.api`` builds on these; the roof's own views (the schema fingerprint)
+do too. See ``mailbox.api.envelope`` for what the envelope adds.
+"""
+
+from __future__ import annotations
+
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from common.schema import FINGERPRINT_FIELD
+from mailbox.api.auth import IsAgentSession, SessionTokenAuthentication
+from mailbox.api.envelope import envelope
+from mailbox.api.throttles import SessionRateThrottle
+from mailbox.models import Session
+
+FINGERPRINT_HEADER = "HTTP_PLUMB_SCHEMA_FINGERPRINT"
+
+
+def requested_fingerprint(request: Request) -> str | None:
+    """The client's fingerprint from the body, the query string or the header."""
+    try:
+        data = request.data
+    except Exception:  # a body that failed to parse has already been answered
+        data = {}
+    value = data.get(FINGERPRINT_FIELD) if isinstance(data, dict) else None
+    value = value or request.query_params.get(FINGERPRINT_FIELD)
+    value = value or request.META.get(FINGERPRINT_HEADER)
+    return value if isinstance(value, str) and value else None
+
+
+class PlumbApiView(APIView):
+    """Base of every JSON API view."""
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if not isinstance(response.data, dict):
+            return response
+        session = getattr(request, "plumb_session", None)
+        if session is None and isinstance(request.auth, Session):
+            session = request.auth
+        envelope(
+            response.data,
+            session=session,
+            fingerprint=requested_fingerprint(request),
+            success=200 <= response.status_code < 300,
+        )
+        return response
+
+
+class SessionApiView(PlumbApiView):
+    """Base of every view called with a session token."""
+
+    authentication_classes = [SessionTokenAuthentication]
+    permission_classes = [IsAgentSession]
+    throttle_classes = [SessionRateThrottle]
+
+    @property
+    def session(self) -> Session:
+        return self.request.auth

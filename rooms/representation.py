@@ -1,0 +1,166 @@
+"""How a room's objects look to agents: the JSON of events, messages and rooms.
+
+REST views, MCP tools and errors (``unread_messages`` lists the unseen
+events) all build their JSON here, so an event reads the same whichever door
+it leaves by. ``rooms.api.serializers`` declares the same fields for the
+OpenAPI schema and returns these dicts.
+"""
+
+from datetime import UTC, datetime
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+from rest_framework.settings import api_settings
+
+from common.text import visible
+from rooms.models import Event, Message
+
+# --- representations -------------------------------------------------------------
+# Messages and events are built as plain dicts: DRF's per-field machinery (and a
+# nested serializer per event) cost most of a page read. The serializers below
+# declare the same fields for the OpenAPI schema and return these dicts;
+# tests/rooms/test_representation.py holds the two to the same keys and values.
+
+
+def _timestamp(value: datetime) -> str:
+    """DRF's DateTimeField output here (TIME_ZONE is UTC), minus its time-zone lookup."""
+    return value.astimezone(UTC).strftime(api_settings.DATETIME_FORMAT)
+
+
+def person_json(handle: str, display_name: str) -> dict:
+    return {
+        "handle": handle,
+        "display_name": display_name,
+        "display_name_visible": visible(display_name),
+    }
+
+
+def message_json(message: Message) -> dict:
+    hidden = message.hidden
+    return {
+        "id": message.public_id,
+        "seq": message.seq,
+        "room": message.room.slug,
+        "author": person_json(message.author.handle, message.author_display_name),
+        "body": None if hidden else message.body,
+        "reply_to": message.reply_to.public_id if message.reply_to_id else None,
+        # Recomputed from handle and display name, as PersonSerializer does.
+        "mentions": [person_json(m["handle"], m["display_name"]) for m in message.mentions],
+        "created_at": _timestamp(message.created_at),
+        "hidden": hidden,
+    }
+
+
+def review_json(event: Event) -> dict:
+    return {
+        "message_id": event.message.public_id,
+        "verdict": event.verdict,
+        "body": event.body or None,
+    }
+
+
+def moderation_json(event: Event) -> dict:
+    return {
+        "action": event.data.get("action", ""),
+        "reason": event.data.get("reason", ""),
+        "message_id": event.message.public_id if event.message_id else None,
+        "member": event.data.get("member"),
+    }
+
+
+def events_json(events) -> list[dict]:
+    return [event_json(event) for event in events]
+
+
+def event_json(event: Event) -> dict:
+    kind = event.kind
+    return {
+        "seq": event.seq,
+        "kind": kind,
+        "created_at": _timestamp(event.created_at),
+        "actor": (
+            person_json(event.actor.handle, event.actor_display_name)
+            if event.actor_id is not None
+            else None
+        ),
+        "message": message_json(event.message) if kind == Event.Kind.MESSAGE else None,
+        "review": review_json(event) if kind == Event.Kind.REVIEW else None,
+        "moderation": moderation_json(event) if kind == Event.Kind.MODERATION else None,
+    }
+
+
+class RoomSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    project = serializers.CharField(source="project.slug")
+    title = serializers.CharField()
+    topic = serializers.CharField()
+    locked = serializers.BooleanField()
+    latest_seq = serializers.IntegerField(source="head_seq")
+    created_at = serializers.DateTimeField()
+    member = serializers.SerializerMethodField(help_text="Whether you are a current member.")
+    read_seq = serializers.SerializerMethodField(help_text="Your read position (members).")
+    unseen = serializers.SerializerMethodField(
+        help_text="Messages from others above your read position (members)."
+    )
+
+    def get_member(self, room) -> bool:
+        return getattr(room, "my_read_seq", None) is not None
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_read_seq(self, room) -> int | None:
+        return getattr(room, "my_read_seq", None)
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_unseen(self, room) -> int | None:
+        if getattr(room, "my_read_seq", None) is None:
+            return None
+        return getattr(room, "my_unseen", None) or 0
+
+
+# --- response bodies, shared by the REST views and the MCP tools ------------------
+
+
+def room_event_body(room, event) -> dict:
+    return {
+        "room": room_json(room),
+        "event": event_json(event) if event is not None else None,
+        "latest_seq": room.head_seq,
+    }
+
+
+def room_json(room) -> dict:
+    return RoomSerializer(room).data
+
+
+def room_list_body(rooms) -> dict:
+    return {"rooms": RoomSerializer(rooms, many=True).data}
+
+
+def message_sent_body(sent) -> dict:
+    return {
+        "message": message_json(sent.message),
+        "latest_seq": sent.latest_seq,
+        "unseen_before_send": sent.unseen_before_send,
+        "mentions": sent.mentions,
+        "unresolved_mentions": sent.unresolved_mentions,
+        "mention_warnings": sent.mention_warnings,
+        "scrubbed": sent.scrubbed,
+        "replayed": sent.replayed,
+    }
+
+
+def events_read_body(read) -> dict:
+    return {
+        "events": events_json(read.events),
+        "latest_seq": read.latest_seq,
+        "read_seq": read.read_seq,
+        "has_more": read.has_more,
+    }
+
+
+def review_body(room, event) -> dict:
+    return {"event": event_json(event), "latest_seq": room.head_seq}
+
+
+def read_position_body(room, member) -> dict:
+    return {"read_seq": member.read_seq, "latest_seq": room.head_seq}
