@@ -1,10 +1,8 @@
 """Rules every stored text follows, for notes and room messages alike."""
 
 from common.errors import BodyTooLarge, ValidationFailed
+from common.limits import BODY_MAX_BYTES, IDEMPOTENCY_KEY_MAX
 from common.scrubbing import ScrubResult, scrub
-
-MAX_BODY_BYTES = 16384
-MAX_IDEMPOTENCY_KEY = 128
 
 
 def body_prepare(body: object) -> ScrubResult:
@@ -23,24 +21,26 @@ def body_prepare(body: object) -> ScrubResult:
             details={"body": ["Must not contain NUL (U+0000) characters."]},
         )
     size = len(body.encode("utf-8"))
-    if size > MAX_BODY_BYTES:
+    if size > BODY_MAX_BYTES:
         raise BodyTooLarge(
-            f"body is {size} bytes of UTF-8; the limit is {MAX_BODY_BYTES}.",
-            details={"body": [f"At most {MAX_BODY_BYTES} bytes."], "size": size},
+            f"body is {size} bytes of UTF-8; the limit is {BODY_MAX_BYTES}.",
+            details={"body": [f"At most {BODY_MAX_BYTES} bytes."], "size": size},
         )
     return scrub(body)
 
 
 def idempotency_key_check(key: object) -> None:
-    """Keys are 1-128 printable ASCII characters (SPEC §4.2), for notes and messages."""
+    """Keys are short printable ASCII strings (SPEC §4.2), for notes and messages."""
     if key is None:
         return
     if (
         not isinstance(key, str)
-        or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY
+        or not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX
         or not all(" " <= ch <= "~" for ch in key)
     ):
         raise ValidationFailed(
-            "idempotency_key must be 1-128 printable ASCII characters.",
-            details={"idempotency_key": ["Use 1-128 printable ASCII characters."]},
+            f"idempotency_key must be 1-{IDEMPOTENCY_KEY_MAX} printable ASCII characters.",
+            details={
+                "idempotency_key": [f"Use 1-{IDEMPOTENCY_KEY_MAX} printable ASCII characters."]
+            },
         )

@@ -14,19 +14,11 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from common import limits
 from common.ids import new_public_id
 
-# \Z, not $: "$" also matches before a trailing newline, letting "dev\n" through.
-SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}\Z"
-HANDLE_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}\Z"
-
-slug_validator = RegexValidator(
-    SLUG_PATTERN, "Use 1-64 lower-case letters, digits or '-', starting with a letter or digit."
-)
-handle_validator = RegexValidator(
-    HANDLE_PATTERN,
-    "Use 1-64 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit.",
-)
+slug_validator = RegexValidator(limits.SLUG_PATTERN, limits.SLUG_MESSAGE)
+handle_validator = RegexValidator(limits.HANDLE_PATTERN, limits.HANDLE_MESSAGE)
 
 
 def session_public_id() -> str:
@@ -34,8 +26,8 @@ def session_public_id() -> str:
 
 
 class Project(models.Model):
-    slug = models.CharField(max_length=64, unique=True, validators=[slug_validator])
-    name = models.CharField(max_length=200, blank=True)
+    slug = models.CharField(max_length=limits.NAME_MAX, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=limits.PROJECT_NAME_MAX, blank=True)
     mailbox_enabled = models.BooleanField(
         default=True, help_text="Whether sessions of this project may send and receive notes."
     )
@@ -67,7 +59,7 @@ class CrossProjectOptIn(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="optins")
     source = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="optins_granted_to")
-    created_by = models.CharField(max_length=150, help_text="Operator who granted it.")
+    created_by = models.CharField(max_length=limits.ACTOR_MAX, help_text="Operator who granted it.")
     created_at = models.DateTimeField(default=timezone.now)
     note = models.TextField(blank=True)
 
@@ -86,10 +78,10 @@ class CrossProjectOptIn(models.Model):
 class ProjectKey(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="keys")
     prefix = models.CharField(max_length=8, unique=True, editable=False)
-    key_hash = models.CharField(max_length=64, editable=False)
-    label = models.CharField(max_length=200, blank=True)
+    key_hash = models.CharField(max_length=limits.CREDENTIAL_HASH_LENGTH, editable=False)
+    label = models.CharField(max_length=limits.KEY_LABEL_MAX, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
-    created_by = models.CharField(max_length=150, blank=True, editable=False)
+    created_by = models.CharField(max_length=limits.ACTOR_MAX, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
 
@@ -110,7 +102,7 @@ class ProjectKey(models.Model):
 
 class Workspace(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="workspaces")
-    slug = models.CharField(max_length=64, validators=[slug_validator])
+    slug = models.CharField(max_length=limits.NAME_MAX, validators=[slug_validator])
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -126,7 +118,9 @@ class Workspace(models.Model):
 class AgentName(models.Model):
     """A handle, bound for good to the workspace that first claimed it."""
 
-    handle = models.CharField(max_length=64, unique=True, validators=[handle_validator])
+    handle = models.CharField(
+        max_length=limits.NAME_MAX, unique=True, validators=[handle_validator]
+    )
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="names")
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -154,7 +148,7 @@ class Session(models.Model):
     # Denormalised from the name: "next" delivery filters sessions by workspace.
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="sessions")
     token_prefix = models.CharField(max_length=8, unique=True, editable=False)
-    token_hash = models.CharField(max_length=64, editable=False)
+    token_hash = models.CharField(max_length=limits.CREDENTIAL_HASH_LENGTH, editable=False)
     started_at = models.DateTimeField(default=timezone.now, editable=False)
     last_seen_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -277,7 +271,9 @@ class Note(models.Model):
     body = models.TextField(help_text="Secret-scrubbed before it was stored.")
     created_at = models.DateTimeField(default=timezone.now)
     # NULL, not "", for "no key": the unique constraint applies to keyed notes only.
-    idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    idempotency_key = models.CharField(  # noqa: DJ001
+        max_length=limits.IDEMPOTENCY_KEY_MAX, null=True, blank=True
+    )
     delivery = models.CharField(max_length=8, choices=Delivery.choices)
     bound_session = models.ForeignKey(
         Session, on_delete=models.SET_NULL, null=True, blank=True, related_name="bound_notes"
@@ -350,15 +346,17 @@ class AuditRecord(models.Model):
     and any future front door are recorded alike. Never edited or deleted.
     """
 
-    actor = models.CharField(max_length=150, help_text="admin:<user> or cli:<os user>.")
+    actor = models.CharField(
+        max_length=limits.ACTOR_MAX, help_text="admin:<user> or cli:<os user>."
+    )
     action = models.CharField(max_length=40, db_index=True)
     project = models.ForeignKey(
         Project, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     # Slugs and ids are stored as text, so the record outlives what it names.
-    project_slug = models.CharField(max_length=64, blank=True, db_index=True)
-    room_slug = models.CharField(max_length=64, blank=True, db_index=True)
-    target = models.CharField(max_length=200, blank=True)
+    project_slug = models.CharField(max_length=limits.NAME_MAX, blank=True, db_index=True)
+    room_slug = models.CharField(max_length=limits.NAME_MAX, blank=True, db_index=True)
+    target = models.CharField(max_length=limits.AUDIT_TARGET_MAX, blank=True)
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 

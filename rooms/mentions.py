@@ -64,6 +64,7 @@ from confusable_homoglyphs.confusables import confusables_data
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from common import limits
 from common.text import INVISIBLE, normalize_handle
 
 
@@ -97,7 +98,6 @@ _LETTER_OR_DIGIT = regex.compile(r"[\p{L}\p{N}]")
 _WORD_CHAR = regex.compile(r"\w")
 _GLUE_PUNCTUATION = frozenset("/.-+@")
 _TRAILING_PUNCTUATION = frozenset("._-")
-_MAX_HANDLE_LENGTH = 64
 # Every character _is_at_sign() accepts: "@" and the two compatibility forms that NFKC turns
 # into it, small U+FE6B and fullwidth U+FF20. The tests check this against every code point.
 _AT_SIGNS = ("@", "\ufe6b", "\uff20")
@@ -208,7 +208,7 @@ def _candidates(token: str) -> list[str]:
         start -= 1
     cuts = [index for index in range(start, len(token)) if not INVISIBLE.match(token[index])]
     candidates = [token]
-    for kept in range(min(len(cuts) - 1, _MAX_HANDLE_LENGTH), -1, -1):
+    for kept in range(min(len(cuts) - 1, limits.NAME_MAX), -1, -1):
         candidates.append(token[: cuts[kept]])
     return candidates
 

@@ -12,12 +12,11 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from common import limits
 from common.ids import new_public_id
-from mailbox.models import SLUG_PATTERN, AgentName, Project
+from mailbox.models import AgentName, Project
 
-room_slug_validator = RegexValidator(
-    SLUG_PATTERN, "Use 1-64 lower-case letters, digits or '-', starting with a letter or digit."
-)
+room_slug_validator = RegexValidator(limits.SLUG_PATTERN, limits.SLUG_MESSAGE)
 
 
 def message_public_id() -> str:
@@ -25,9 +24,11 @@ def message_public_id() -> str:
 
 
 class Room(models.Model):
-    slug = models.CharField(max_length=64, unique=True, validators=[room_slug_validator])
+    slug = models.CharField(
+        max_length=limits.NAME_MAX, unique=True, validators=[room_slug_validator]
+    )
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="rooms")
-    title = models.CharField(max_length=200, blank=True)
+    title = models.CharField(max_length=limits.ROOM_TITLE_MAX, blank=True)
     topic = models.TextField(blank=True)
     head_seq = models.BigIntegerField(default=0, editable=False)
     locked_at = models.DateTimeField(null=True, blank=True)
@@ -53,7 +54,7 @@ class Member(models.Model):
     # No index of its own: member_unique (room, name) serves lookups by room.
     room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="members", db_index=False)
     name = models.ForeignKey(AgentName, on_delete=models.CASCADE, related_name="memberships")
-    display_name = models.CharField(max_length=64, blank=True)
+    display_name = models.CharField(max_length=limits.DISPLAY_NAME_MAX, blank=True)
     read_seq = models.BigIntegerField(default=0)
     joined_at = models.DateTimeField(default=timezone.now)
     left_at = models.DateTimeField(null=True, blank=True)
@@ -105,7 +106,7 @@ class Event(models.Model):
     )
     # Display name as it was when the event happened, so that reading history
     # needs no join and shows what others saw at the time.
-    actor_display_name = models.CharField(max_length=64, blank=True)
+    actor_display_name = models.CharField(max_length=limits.DISPLAY_NAME_MAX, blank=True)
     # message: the message posted; review: the message reviewed;
     # moderation: the message acted on, if any.
     message = models.ForeignKey(
@@ -142,7 +143,7 @@ class Message(models.Model):
     author = models.ForeignKey(
         AgentName, on_delete=models.CASCADE, related_name="messages", db_index=False
     )
-    author_display_name = models.CharField(max_length=64, blank=True)
+    author_display_name = models.CharField(max_length=limits.DISPLAY_NAME_MAX, blank=True)
     body = models.TextField(help_text="Markdown, secret-scrubbed before it was stored.")
     # This message's place among the room's messages and among its author's
     # messages in the room, from 1. "Messages from others after seq N" is then
@@ -161,7 +162,9 @@ class Message(models.Model):
         db_index=False,
     )
     # NULL, not "", for "no key": the unique constraint applies to keyed sends only.
-    idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    idempotency_key = models.CharField(  # noqa: DJ001
+        max_length=limits.IDEMPOTENCY_KEY_MAX, null=True, blank=True
+    )
     # Resolved at send time against the members of that moment.
     mentions = models.JSONField(default=list, blank=True)
     # What the send reported (unseen count, unresolved mentions, warnings), so

@@ -27,13 +27,13 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from common import limits
 from common.errors import PlumbError
 
 CONFIRM_FIELD = "_plumb_reason_confirm"
 NEXT_FIELD = "_plumb_next"
 # The confirmation page names this many objects, then says how many more.
 LISTED_OBJECTS = 50
-REASON_MAX_LENGTH = 1000
 
 
 def admin_actor(request: HttpRequest) -> str:
@@ -47,7 +47,7 @@ def admin_actor(request: HttpRequest) -> str:
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(
-        max_length=REASON_MAX_LENGTH,
+        max_length=limits.REASON_MAX,
         strip=True,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 70, "autofocus": True}),
     )

@@ -2,8 +2,8 @@
 
 from rest_framework import serializers
 
+from common import limits
 from common.fields import StrictCharField, StrictRegexField
-from mailbox.models import HANDLE_PATTERN, SLUG_PATTERN
 from mailbox.representation import (
     ConversationDetailSerializer,
     ConversationSerializer,
@@ -14,23 +14,20 @@ from mailbox.representation import (
 
 class SessionStartInput(serializers.Serializer):
     workspace = StrictRegexField(
-        SLUG_PATTERN,
-        max_length=64,
+        limits.SLUG_PATTERN,
+        max_length=limits.NAME_MAX,
         trim_whitespace=False,
         error_messages={"invalid": "Use the slug of a workspace of the key's project."},
     )
     name = StrictRegexField(
-        HANDLE_PATTERN,
-        max_length=64,
+        limits.HANDLE_PATTERN,
+        max_length=limits.NAME_MAX,
         required=False,
         allow_null=True,
         trim_whitespace=False,
-        error_messages={
-            "invalid": "Use 1-64 lower-case letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit."
-        },
+        error_messages={"invalid": limits.HANDLE_MESSAGE},
     )
-    tool_schema_fingerprint = StrictCharField(required=False, max_length=128)
+    tool_schema_fingerprint = StrictCharField(required=False, max_length=limits.FINGERPRINT_MAX)
 
 
 class SchemaStaleSerializer(serializers.Serializer):
@@ -59,13 +56,18 @@ class NoteLeaveInput(serializers.Serializer):
     # Size, emptiness and NUL are checked by the service (413 vs 400).
     body = StrictCharField(trim_whitespace=False, allow_blank=True)
     to = StrictCharField(
-        required=False, allow_null=True, max_length=64, help_text='A name, or "next".'
+        required=False, allow_null=True, max_length=limits.NAME_MAX, help_text='A name, or "next".'
     )
-    conversation_id = StrictCharField(required=False, allow_null=True, max_length=64)
+    conversation_id = StrictCharField(
+        required=False, allow_null=True, max_length=limits.PUBLIC_ID_MAX
+    )
     idempotency_key = StrictCharField(
-        required=False, allow_null=True, trim_whitespace=False, max_length=128
+        required=False,
+        allow_null=True,
+        trim_whitespace=False,
+        max_length=limits.IDEMPOTENCY_KEY_MAX,
     )
-    tool_schema_fingerprint = StrictCharField(required=False, max_length=128)
+    tool_schema_fingerprint = StrictCharField(required=False, max_length=limits.FINGERPRINT_MAX)
 
     @staticmethod
     def service_arguments(data: dict) -> dict:
@@ -104,10 +106,16 @@ class NotesCheckInput(serializers.Serializer):
 
 class ConversationListInput(serializers.Serializer):
     after_id = StrictCharField(
-        required=False, max_length=64, help_text="Continue after this conversation."
+        required=False,
+        max_length=limits.PUBLIC_ID_MAX,
+        help_text="Continue after this conversation.",
     )
     limit = serializers.IntegerField(
-        min_value=1, max_value=200, required=False, default=50, help_text="At most this many."
+        min_value=1,
+        max_value=limits.LIST_MAX,
+        required=False,
+        default=limits.PAGE_DEFAULT,
+        help_text="At most this many.",
     )
 
 

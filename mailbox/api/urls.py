@@ -1,5 +1,6 @@
 from django.urls import re_path
 
+from common import limits
 from mailbox.api import views
 
 # Trailing slashes are optional everywhere: agents type paths by hand, and a
@@ -10,7 +11,7 @@ urlpatterns = [
     re_path(r"^notes/?$", views.NotesApi.as_view(), name="notes"),
     re_path(r"^conversations/?$", views.ConversationListApi.as_view(), name="conversations"),
     re_path(
-        r"^conversations/(?P<conversation_id>[A-Za-z0-9_-]{1,64})/?$",
+        rf"^conversations/(?P<conversation_id>{limits.PUBLIC_ID_CHARS})/?$",
         views.ConversationDetailApi.as_view(),
         name="conversation-detail",
     ),

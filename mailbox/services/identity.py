@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from common import limits
 from common.errors import ValidationFailed
 from mailbox import credentials
 from mailbox.errors import (
@@ -29,8 +30,6 @@ from mailbox.errors import (
     WorkspaceNotFound,
 )
 from mailbox.models import (
-    HANDLE_PATTERN,
-    SLUG_PATTERN,
     AgentName,
     CrossProjectOptIn,
     Note,
@@ -42,16 +41,16 @@ from mailbox.models import (
 from mailbox.services.audit import audit_record
 from mailbox.services.notes import notes_unbind
 
-_SLUG_RE = re.compile(SLUG_PATTERN)
-_HANDLE_RE = re.compile(HANDLE_PATTERN)
+_SLUG_RE = re.compile(limits.SLUG_PATTERN)
+_HANDLE_RE = re.compile(limits.HANDLE_PATTERN)
 
 
 def slug_check(value: str, *, field: str = "slug") -> str:
     """Slugs of projects, workspaces and rooms; raises ``validation_error``."""
     if not isinstance(value, str) or not _SLUG_RE.match(value):
         raise ValidationFailed(
-            f"{field} must be 1-64 lower-case letters, digits or '-'.",
-            details={field: ["Use 1-64 lower-case letters, digits or '-', starting with one."]},
+            f"{field}: {limits.SLUG_MESSAGE}",
+            details={field: [limits.SLUG_MESSAGE]},
         )
     return value
 
@@ -69,7 +68,7 @@ def project_create(
 ) -> Project:
     """Create a project. Raises ``validation_error`` or ``already_exists``."""
     slug_check(slug)
-    _check_text(name, field="name", limit=200)
+    _check_text(name, field="name", limit=limits.PROJECT_NAME_MAX)
     _check_max_exchanges(max_exchanges)
     try:
         # The savepoint keeps a caller's outer transaction usable after a clash.
@@ -99,7 +98,9 @@ def project_update(
     """
     changed: list[str] = []
     if name is not None:
-        project.name = _check_text(name, field="name", limit=200) or project.slug
+        project.name = (
+            _check_text(name, field="name", limit=limits.PROJECT_NAME_MAX) or project.slug
+        )
         changed.append("name")
     if max_exchanges is not None:
         _check_max_exchanges(max_exchanges)
@@ -175,7 +176,7 @@ def key_create(project: Project, *, label: str = "", created_by: str = "") -> Is
 
     Only its digest and public prefix are stored.
     """
-    _check_text(label, field="label", limit=200)
+    _check_text(label, field="label", limit=limits.KEY_LABEL_MAX)
     created_by = created_by[:150]
     for _ in range(5):
         new = credentials.generate(credentials.PROJECT_KEY)
@@ -251,7 +252,7 @@ def optin_grant(
 
     Raises ``validation_error`` (a project and itself) and ``already_exists``.
     """
-    _check_text(note, field="note", limit=2000)
+    _check_text(note, field="note", limit=limits.OPTIN_NOTE_MAX)
     created_by = created_by[:150]
     if project.pk == source.pk:
         raise ValidationFailed(
@@ -357,13 +358,8 @@ def _generated_handle() -> str:
 def _check_handle(name: str) -> str:
     if not isinstance(name, str) or not _HANDLE_RE.match(name):
         raise InvalidName(
-            "name must be 1-64 lower-case letters, digits, '.', '_' or '-'.",
-            details={
-                "name": [
-                    "Use 1-64 lower-case letters, digits, '.', '_' or '-', "
-                    "starting with a letter or digit."
-                ]
-            },
+            f"name: {limits.HANDLE_MESSAGE}",
+            details={"name": [limits.HANDLE_MESSAGE]},
         )
     return name
 

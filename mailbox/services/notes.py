@@ -33,7 +33,7 @@ from mailbox.models import (
     Session,
 )
 from mailbox.selectors import optin_allows
-from mailbox.services.audit import audit_record
+from mailbox.services.audit import audit_record, reason_check
 
 NEXT = "next"
 # Notes handed out by one response at most; the rest follow on the next call.
@@ -431,18 +431,13 @@ def conversation_lock(conversation: Conversation, *, actor: str, reason: str) ->
 
     Returns whether anything changed; locking a locked thread records nothing.
     """
-    reason = (reason or "").strip()
-    if not reason:
-        raise ValidationFailed(
-            "A reason is required to lock a conversation.", details={"reason": ["Required."]}
-        )
+    reason = reason_check(reason, required=True)
     return _conversation_set_lock(conversation, locked=True, actor=actor, reason=reason)
 
 
 def conversation_unlock(conversation: Conversation, *, actor: str, reason: str = "") -> bool:
-    return _conversation_set_lock(
-        conversation, locked=False, actor=actor, reason=(reason or "").strip()
-    )
+    reason = reason_check(reason, required=False)
+    return _conversation_set_lock(conversation, locked=False, actor=actor, reason=reason)
 
 
 def _conversation_set_lock(

@@ -17,23 +17,21 @@ from typing import Any
 
 from rest_framework import serializers
 
-from common.bodies import MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEY
+from common import limits
 from common.errors import ValidationFailed
 from common.schema import FINGERPRINT_FIELD
 from mailbox.api import serializers as mailbox_io
 from rooms.api import serializers as room_io
 
 # ECMA-262 patterns as JSON Schema publishes them; matched whole (see _matches).
-SLUG = "^[a-z0-9][a-z0-9-]{0,63}$"
-HANDLE = "^[a-z0-9][a-z0-9._-]{0,63}$"
-PUBLIC_ID = "^[A-Za-z0-9_-]{1,64}$"
+SLUG = limits.json_schema_pattern(limits.SLUG_PATTERN)
+HANDLE = limits.json_schema_pattern(limits.HANDLE_PATTERN)
+PUBLIC_ID = f"^{limits.PUBLIC_ID_CHARS}$"
 PRINTABLE = "^[ -~]+$"  # printable ASCII
-MAX_SEQ = 2**62  # for a seq REST leaves unbounded: a larger one overflows the database
 
 _PATTERN_MESSAGES = {
-    SLUG: "Use 1-64 lower-case letters, digits or '-', starting with a letter or digit.",
-    HANDLE: "Use 1-64 lower-case letters, digits, '.', '_' or '-', starting with a letter "
-    "or digit.",
+    SLUG: limits.SLUG_MESSAGE,
+    HANDLE: limits.HANDLE_MESSAGE,
     PUBLIC_ID: "Use an id as plumb returned it.",
     PRINTABLE: "Use printable ASCII characters only.",
 }
@@ -60,7 +58,7 @@ def _number(
     if rest.allow_null:
         kind = [kind, "null"]
     bounds = {"minimum": rest.min_value} if rest.min_value is not None else {}
-    bounds["maximum"] = MAX_SEQ if rest.max_value is None else rest.max_value
+    bounds["maximum"] = limits.MAX_SEQ if rest.max_value is None else rest.max_value
     return _prop(kind, description, **bounds)
 
 
@@ -69,15 +67,17 @@ _IDEMPOTENCY_KEY = _prop(
     ["string", "null"],
     "Your key for this send: a retry with it returns the original, never a duplicate.",
     minLength=1,
-    maxLength=MAX_IDEMPOTENCY_KEY,
+    maxLength=limits.IDEMPOTENCY_KEY_MAX,
     pattern=PRINTABLE,
 )
-_DISPLAY_NAME = _prop(["string", "null"], "Name shown to others.", maxLength=64)
+_DISPLAY_NAME = _prop(
+    ["string", "null"], "Name shown to others.", maxLength=limits.DISPLAY_NAME_MAX
+)
 _FINGERPRINT = _prop(
     "string",
     "Your tool-list fingerprint; if stale the reply adds schema_stale.",
     minLength=1,
-    maxLength=128,
+    maxLength=limits.FINGERPRINT_MAX,
 )
 
 
@@ -126,10 +126,15 @@ TOOLS: list[dict[str, Any]] = [
         "when the recipient next calls plumb; silence is not refusal, so do not re-send. "
         "Secrets in the body are redacted.",
         {
-            "body": _prop("string", f"Text, at most {MAX_BODY_BYTES} bytes.", minLength=1),
-            "to": _prop(["string", "null"], 'A name, or "next".', minLength=1, maxLength=64),
+            "body": _prop("string", f"Text, at most {limits.BODY_MAX_BYTES} bytes.", minLength=1),
+            "to": _prop(
+                ["string", "null"], 'A name, or "next".', minLength=1, maxLength=limits.NAME_MAX
+            ),
             "conversation_id": _prop(
-                ["string", "null"], "Thread to reply in.", minLength=1, maxLength=64
+                ["string", "null"],
+                "Thread to reply in.",
+                minLength=1,
+                maxLength=limits.PUBLIC_ID_MAX,
             ),
             "idempotency_key": _IDEMPOTENCY_KEY,
         },
@@ -146,7 +151,10 @@ TOOLS: list[dict[str, Any]] = [
         "Your note threads, newest activity first. Page with after_id while has_more.",
         {
             "after_id": _prop(
-                "string", "Last conversation id of the previous page.", minLength=1, maxLength=64
+                "string",
+                "Last conversation id of the previous page.",
+                minLength=1,
+                maxLength=limits.PUBLIC_ID_MAX,
             ),
             "limit": _number(mailbox_io.ConversationListInput, "limit"),
         },
@@ -171,9 +179,11 @@ TOOLS: list[dict[str, Any]] = [
         "Create a room in your project; you join it.",
         {
             "slug": _prop("string", pattern=SLUG),
-            "title": _prop("string", maxLength=200),
-            "topic": _prop("string", maxLength=2000),
-            "display_name": _prop("string", "Name shown to others.", maxLength=64),
+            "title": _prop("string", maxLength=limits.ROOM_TITLE_MAX),
+            "topic": _prop("string", maxLength=limits.ROOM_TOPIC_MAX),
+            "display_name": _prop(
+                "string", "Name shown to others.", maxLength=limits.DISPLAY_NAME_MAX
+            ),
         },
         ("slug",),
     ),
@@ -195,8 +205,12 @@ TOOLS: list[dict[str, Any]] = [
         "a handle that looks right may not resolve.",
         {
             "room": _ROOM,
-            "body": _prop("string", f"Markdown, at most {MAX_BODY_BYTES} bytes.", minLength=1),
-            "reply_to": _prop(["string", "null"], "Message id.", minLength=1, maxLength=64),
+            "body": _prop(
+                "string", f"Markdown, at most {limits.BODY_MAX_BYTES} bytes.", minLength=1
+            ),
+            "reply_to": _prop(
+                ["string", "null"], "Message id.", minLength=1, maxLength=limits.PUBLIC_ID_MAX
+            ),
             "idempotency_key": _IDEMPOTENCY_KEY,
             "after_seq": _number(
                 room_io.MessageSendInput, "after_seq", "Last latest_seq you read."
@@ -227,7 +241,7 @@ TOOLS: list[dict[str, Any]] = [
             "room": _ROOM,
             "message_id": _prop("string", pattern=PUBLIC_ID),
             "verdict": _prop("string", enum=VERDICTS),
-            "body": _prop(["string", "null"], f"Comment, at most {MAX_BODY_BYTES} bytes."),
+            "body": _prop(["string", "null"], f"Comment, at most {limits.BODY_MAX_BYTES} bytes."),
         },
         ("room", "message_id", "verdict"),
     ),

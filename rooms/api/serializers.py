@@ -4,6 +4,7 @@ selectors fetch every related row they read."""
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from common import limits
 from common.fields import (
     StrictBooleanField,
     StrictCharField,
@@ -12,7 +13,6 @@ from common.fields import (
 )
 from common.text import visible
 from mailbox.api.serializers import EnvelopeSerializer, ScrubbedSerializer
-from mailbox.models import SLUG_PATTERN
 from rooms.models import Event, Message
 from rooms.representation import RoomSerializer, event_json, message_json, review_json
 
@@ -131,29 +131,44 @@ class MemberSerializer(serializers.Serializer):
 
 
 class _FingerprintInput(serializers.Serializer):
-    tool_schema_fingerprint = StrictCharField(required=False, max_length=128)
+    tool_schema_fingerprint = StrictCharField(required=False, max_length=limits.FINGERPRINT_MAX)
 
 
 class RoomCreateInput(_FingerprintInput):
-    slug = StrictRegexField(SLUG_PATTERN, max_length=64, trim_whitespace=False)
-    title = StrictCharField(required=False, allow_blank=True, max_length=200, default="")
-    topic = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
+    slug = StrictRegexField(limits.SLUG_PATTERN, max_length=limits.NAME_MAX, trim_whitespace=False)
+    title = StrictCharField(
+        required=False, allow_blank=True, max_length=limits.ROOM_TITLE_MAX, default=""
+    )
+    topic = StrictCharField(
+        required=False, allow_blank=True, max_length=limits.ROOM_TOPIC_MAX, default=""
+    )
     display_name = StrictCharField(
-        required=False, allow_blank=True, max_length=64, default="", trim_whitespace=False
+        required=False,
+        allow_blank=True,
+        max_length=limits.DISPLAY_NAME_MAX,
+        default="",
+        trim_whitespace=False,
     )
 
 
 class RoomJoinInput(_FingerprintInput):
     display_name = StrictCharField(
-        required=False, allow_null=True, allow_blank=True, max_length=64, trim_whitespace=False
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        max_length=limits.DISPLAY_NAME_MAX,
+        trim_whitespace=False,
     )
 
 
 class MessageSendInput(_FingerprintInput):
     body = StrictCharField(trim_whitespace=False, allow_blank=True)
-    reply_to = StrictCharField(required=False, allow_null=True, max_length=64)
+    reply_to = StrictCharField(required=False, allow_null=True, max_length=limits.PUBLIC_ID_MAX)
     idempotency_key = StrictCharField(
-        required=False, allow_null=True, trim_whitespace=False, max_length=128
+        required=False,
+        allow_null=True,
+        trim_whitespace=False,
+        max_length=limits.IDEMPOTENCY_KEY_MAX,
     )
     after_seq = StrictIntegerField(required=False, allow_null=True, min_value=0)
     require_read = StrictBooleanField(required=False, default=False)
@@ -168,18 +183,18 @@ class ReadInput(_FingerprintInput):
     seq = StrictIntegerField(min_value=0)
 
 
-MAX_READ_LIMIT = 500
-
-
 class EventsReadInput(serializers.Serializer):
     after_seq = serializers.IntegerField(
-        required=False, min_value=0, max_value=2**62, help_text="Default: your read position."
+        required=False,
+        min_value=0,
+        max_value=limits.MAX_SEQ,
+        help_text="Default: your read position.",
     )
     limit = serializers.IntegerField(
-        required=False, min_value=1, max_value=MAX_READ_LIMIT, default=50
+        required=False, min_value=1, max_value=limits.READ_MAX, default=limits.PAGE_DEFAULT
     )
     kinds = serializers.CharField(
-        required=False, max_length=200, help_text="Comma-separated event kinds."
+        required=False, max_length=limits.KINDS_PARAM_MAX, help_text="Comma-separated event kinds."
     )
     mark_read = StrictBooleanField(required=False, default=True)
 
@@ -195,9 +210,11 @@ class EventsReadInput(serializers.Serializer):
 
 class MentionsInput(serializers.Serializer):
     after_id = serializers.CharField(
-        required=False, max_length=64, help_text="Continue after this message id."
+        required=False, max_length=limits.PUBLIC_ID_MAX, help_text="Continue after this message id."
     )
-    limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
+    limit = serializers.IntegerField(
+        required=False, min_value=1, max_value=limits.LIST_MAX, default=limits.PAGE_DEFAULT
+    )
 
 
 # --- outputs ---------------------------------------------------------------------

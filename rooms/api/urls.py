@@ -1,9 +1,10 @@
 from django.urls import re_path
 
+from common import limits
 from rooms.api import views
 
-SLUG = r"(?P<slug>[a-z0-9][a-z0-9-]{0,63})"
-MESSAGE = r"(?P<message_id>[A-Za-z0-9_-]{1,64})"
+SLUG = rf"(?P<slug>{limits.SLUG_CHARS})"
+MESSAGE = rf"(?P<message_id>{limits.PUBLIC_ID_CHARS})"
 
 urlpatterns = [
     re_path(r"^rooms/?$", views.RoomListApi.as_view(), name="rooms"),

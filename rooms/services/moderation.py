@@ -11,22 +11,9 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from common.errors import ValidationFailed
-from mailbox.services.audit import audit_record
+from mailbox.services.audit import audit_record, reason_check
 from rooms.models import Event, Member, Message, Room
 from rooms.services.streams import append_event, lock_room
-
-
-def _check_reason(reason: str, *, required: bool) -> str:
-    reason = (reason or "").strip()
-    if required and not reason:
-        raise ValidationFailed(
-            "A reason is required for this moderation action.",
-            details={"reason": ["Say why; the room and the audit trail show it."]},
-        )
-    if len(reason) > 1000:
-        raise ValidationFailed("reason is at most 1000 characters.", details={"reason": ["Long."]})
-    return reason
 
 
 def _moderate(
@@ -57,7 +44,7 @@ def _moderate(
 
 def message_hide(message: Message, *, actor: str, reason: str) -> Event | None:
     """Hide a message from agents (its body is never served again); reason required."""
-    reason = _check_reason(reason, required=True)
+    reason = reason_check(reason, required=True)
     return _message_change(
         message,
         action="hide",
@@ -69,7 +56,7 @@ def message_hide(message: Message, *, actor: str, reason: str) -> Event | None:
 
 
 def message_unhide(message: Message, *, actor: str, reason: str = "") -> Event | None:
-    reason = _check_reason(reason, required=False)
+    reason = reason_check(reason, required=False)
     return _message_change(
         message,
         action="unhide",
@@ -82,7 +69,7 @@ def message_unhide(message: Message, *, actor: str, reason: str = "") -> Event |
 
 def member_mute(member: Member, *, actor: str, reason: str) -> Event | None:
     """Stop a member from sending and reviewing (``403 member_muted``); reason required."""
-    reason = _check_reason(reason, required=True)
+    reason = reason_check(reason, required=True)
     return _member_change(
         member,
         action="mute",
@@ -94,7 +81,7 @@ def member_mute(member: Member, *, actor: str, reason: str) -> Event | None:
 
 
 def member_unmute(member: Member, *, actor: str, reason: str = "") -> Event | None:
-    reason = _check_reason(reason, required=False)
+    reason = reason_check(reason, required=False)
     return _member_change(
         member,
         action="unmute",
@@ -107,7 +94,7 @@ def member_unmute(member: Member, *, actor: str, reason: str = "") -> Event | No
 
 def member_remove(member: Member, *, actor: str, reason: str) -> Event | None:
     """Take a member out of the room; it may join again unless the room is locked."""
-    reason = _check_reason(reason, required=True)
+    reason = reason_check(reason, required=True)
     return _member_change(
         member,
         action="remove",
@@ -152,12 +139,12 @@ def _change(
 
 def room_lock(room: Room, *, actor: str, reason: str) -> Event | None:
     """Lock a room: sends and reviews get ``423 room_locked``; reading goes on."""
-    reason = _check_reason(reason, required=True)
+    reason = reason_check(reason, required=True)
     return _room_change(room, locked=True, actor=actor, reason=reason)
 
 
 def room_unlock(room: Room, *, actor: str, reason: str = "") -> Event | None:
-    reason = _check_reason(reason, required=False)
+    reason = reason_check(reason, required=False)
     return _room_change(room, locked=False, actor=actor, reason=reason)
 
 

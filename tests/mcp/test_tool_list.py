@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 from rest_framework import serializers
 
+from common import limits
 from common.schema import reset_schema_fingerprint, schema_fingerprint
 from mailbox.api import serializers as mailbox_io
 from plumb_site.mcp import schemas
@@ -111,8 +112,8 @@ def test_argument_limits_are_the_rest_limits(name, serializer_class):
         if getattr(field, "max_value", None) is not None:
             assert schema.get("maximum") == field.max_value, (name, field_name)
         elif "maximum" in schema and schema["type"] != "number":
-            # The only bound REST lacks: seqs the database cannot hold (see schemas.MAX_SEQ).
-            assert schema["maximum"] == schemas.MAX_SEQ, (name, field_name)
+            # The only bound REST lacks: seqs the database cannot hold (see limits.MAX_SEQ).
+            assert schema["maximum"] == limits.MAX_SEQ, (name, field_name)
         if isinstance(field, serializers.CharField) and schema["type"] != "array":
             service_checked = (name, field_name) in SERVICE_CHECKED_BLANKS
             blank_refused = not field.allow_blank or service_checked

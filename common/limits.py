@@ -1,0 +1,61 @@
+"""Every length limit and pattern plumb enforces, defined once.
+
+Models, input serializers, the MCP tool schemas, URL patterns and services
+all read them from here, so the database column, the REST field, the
+published JSON Schema and the service check can never disagree.
+"""
+
+from __future__ import annotations
+
+# --- names ---------------------------------------------------------------------------
+NAME_MAX = 64  # slugs of projects, workspaces and rooms; agent handles
+
+# The patterns without anchors, for URL confs; \Z, not $, anchors the full forms:
+# "$" also matches before a trailing newline, letting "dev\n" through.
+SLUG_CHARS = rf"[a-z0-9][a-z0-9-]{{0,{NAME_MAX - 1}}}"
+HANDLE_CHARS = rf"[a-z0-9][a-z0-9._-]{{0,{NAME_MAX - 1}}}"
+SLUG_PATTERN = rf"^{SLUG_CHARS}\Z"
+HANDLE_PATTERN = rf"^{HANDLE_CHARS}\Z"
+SLUG_MESSAGE = (
+    f"Use 1-{NAME_MAX} lower-case letters, digits or '-', starting with a letter or digit."
+)
+HANDLE_MESSAGE = (
+    f"Use 1-{NAME_MAX} lower-case letters, digits, '.', '_' or '-', "
+    "starting with a letter or digit."
+)
+
+# Public ids (ses_..., msg_...) as clients send them back.
+PUBLIC_ID_MAX = 64
+PUBLIC_ID_CHARS = rf"[A-Za-z0-9_-]{{1,{PUBLIC_ID_MAX}}}"
+
+# --- texts people write ----------------------------------------------------------------
+DISPLAY_NAME_MAX = 64
+ROOM_TITLE_MAX = 200
+ROOM_TOPIC_MAX = 2000
+PROJECT_NAME_MAX = 200
+KEY_LABEL_MAX = 200
+OPTIN_NOTE_MAX = 2000
+# Moderation reasons, rooms and conversations alike (common.moderation).
+REASON_MAX = 1000
+# Who did it, as the audit trail records it (a Django username fits).
+ACTOR_MAX = 150
+# What an audit record keeps of its target's description.
+AUDIT_TARGET_MAX = 200
+
+# --- bodies and keys -------------------------------------------------------------------
+BODY_MAX_BYTES = 16384  # UTF-8 bytes of a note, message or review (SPEC §3.2)
+IDEMPOTENCY_KEY_MAX = 128  # printable ASCII characters (SPEC §4.2)
+FINGERPRINT_MAX = 128
+CREDENTIAL_HASH_LENGTH = 64  # hex SHA-256 of a key or token
+
+# --- pages -----------------------------------------------------------------------------
+PAGE_DEFAULT = 50
+LIST_MAX = 200  # conversations, mentions
+READ_MAX = 500  # room events in one read
+KINDS_PARAM_MAX = 200  # the comma-separated ?kinds= list
+MAX_SEQ = 2**62  # a seq past this overflows the database's 64-bit column
+
+
+def json_schema_pattern(pattern: str) -> str:
+    """The ECMA-262 form of a ``\\Z``-anchored pattern, as JSON Schema publishes it."""
+    return pattern.replace(r"\Z", "$")
