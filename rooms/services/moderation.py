@@ -14,7 +14,7 @@ from django.utils import timezone
 from common.errors import ValidationFailed
 from mailbox.services.audit import audit_record
 from rooms.models import Event, Member, Message, Room
-from rooms.services.streams import append_event, lock_room
+from rooms.services.stream import append_event, lock_room
 
 
 def _check_reason(reason: str, *, required: bool) -> str:
