@@ -44,17 +44,25 @@ def last_ordinal(field: str, room: Any, *, author: Any = None, upto: Any = None)
     return Coalesce(latest, Value(0))
 
 
-def others_messages_after(room: Any, author: Any, seq: Any) -> Expression:
-    """How many messages by others than ``author`` the room holds above ``seq``.
+def unseen_from_ordinals(total: Any, seen: Any, own: Any, own_seen: Any) -> Any:
+    """Messages by others above a reference point: the one unseen-count formula.
 
-    All messages after ``seq`` less the author's own, each a difference of
-    ordinals, so the cost does not grow with the number of unread messages.
+    All messages above it (``total - seen``) less the caller's own above it
+    (``own - own_seen``), each a difference of ordinals, so the cost does not
+    grow with the number of unread messages. Takes numbers (a send has read
+    them already) or query expressions (the room list computes them in SQL).
     """
-    all_after = last_ordinal("ordinal", room) - last_ordinal("ordinal", room, upto=seq)
-    own_after = last_ordinal("author_ordinal", room, author=author) - last_ordinal(
-        "author_ordinal", room, author=author, upto=seq
+    return (total - seen) - (own - own_seen)
+
+
+def others_messages_after(room: Any, author: Any, seq: Any) -> Expression:
+    """How many messages by others than ``author`` the room holds above ``seq``."""
+    return unseen_from_ordinals(
+        total=last_ordinal("ordinal", room),
+        seen=last_ordinal("ordinal", room, upto=seq),
+        own=last_ordinal("author_ordinal", room, author=author),
+        own_seen=last_ordinal("author_ordinal", room, author=author, upto=seq),
     )
-    return all_after - own_after
 
 
 def _annotate_for(rooms: QuerySet[Room], session: Session) -> QuerySet[Room]:

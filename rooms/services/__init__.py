@@ -1,5 +1,15 @@
-"""Every state change of the rooms app, split by concern; import from here."""
+"""Every state change of the rooms app, split by concern; import from here.
 
+- ``stream``: the stream core: the room row lock, the next event, the
+  current member and the display-name check (used by the modules below).
+- ``membership``: create, join and leave a room.
+- ``sending``: post a message.
+- ``reading``: read positions and reading events.
+- ``reviews``: review a message.
+- ``moderation``: hide messages, mute and remove members, lock rooms.
+"""
+
+from rooms.services.membership import Joined, room_create, room_join, room_leave
 from rooms.services.moderation import (
     member_mute,
     member_remove,
@@ -9,19 +19,9 @@ from rooms.services.moderation import (
     room_lock,
     room_unlock,
 )
-from rooms.services.streams import (
-    EventsRead,
-    Joined,
-    MessageSent,
-    events_read,
-    message_send,
-    read_advance,
-    read_position_set,
-    review_add,
-    room_create,
-    room_join,
-    room_leave,
-)
+from rooms.services.reading import EventsRead, events_read, read_advance, read_position_set
+from rooms.services.reviews import review_add
+from rooms.services.sending import MessageSent, message_send
 
 __all__ = [
     "EventsRead",

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from mailbox.services.audit import audit_record, reason_check
 from rooms.models import Event, Member, Message, Room
-from rooms.services.streams import append_event, lock_room
+from rooms.services.stream import append_event, lock_room
 
 
 def _moderate(

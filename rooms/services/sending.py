@@ -1,11 +1,10 @@
-"""Every state change of a room: create, join, leave, send, review, read positions.
+"""Sending messages (SPEC §4.2): the checks, the insert and the send report.
 
-Each event-producing service locks the room row (``select_for_update``) for
-its whole transaction, then allocates the next seq from ``Room.head_seq``.
-On PostgreSQL the row lock queues concurrent writers of one room; on SQLite
-the IMMEDIATE transaction serialises all writers. Either way the checks a
-send makes (membership, ``require_read``, idempotency) and the insert they
-guard are one atomic step: no other event can slip in between.
+A send reads everything it checks in one query that also locks the room row,
+so membership, mutes, the room lock, ``require_read`` and idempotency are
+checked against the same state the message is inserted into: no other event
+can slip in between a check and the insert it guards. A retry racing its own
+first attempt with the same idempotency key is answered with a replay.
 """
 
 from __future__ import annotations
@@ -28,193 +27,29 @@ from common.prepared import (
     instances_from_row,
 )
 from common.text import visible
-from mailbox.errors import CrossProjectRefused, IdempotencyKeyReused
-from mailbox.models import AgentName, Session
-from mailbox.selectors import optin_allows
-from mailbox.services.identity import slug_check
+from mailbox.errors import IdempotencyKeyReused
+from mailbox.models import Session
 from rooms import mentions as mention_rules
 from rooms.errors import (
     MemberMuted,
     MessageNotFound,
     NotAMember,
-    RoomExists,
     RoomLocked,
     RoomNotFound,
     UnreadMessages,
 )
 from rooms.models import Event, Member, Message, MessageMention, Room
-from rooms.selectors import (
-    events_page,
-    last_ordinal,
-    member_get_for_session,
-    with_event_relations,
-)
+from rooms.selectors import last_ordinal, unseen_from_ordinals, with_event_relations
+from rooms.services.stream import append_event
 
 # Kinds that ``require_read`` refuses to talk over (SPEC §4.2 step 4).
 BLOCKING_KINDS = (Event.Kind.MESSAGE, Event.Kind.REVIEW)
 MAX_UNSEEN_LISTED = 50
 
-
-def _check_display_name(display_name: object) -> str:
-    if not isinstance(display_name, str) or len(display_name) > 64:
-        raise ValidationFailed(
-            "display_name must be text of at most 64 characters.",
-            details={"display_name": ["At most 64 characters."]},
-        )
-    if "\x00" in display_name:
-        raise ValidationFailed(
-            "display_name must not contain NUL.", details={"display_name": ["No NUL."]}
-        )
-    return display_name
-
-
-def lock_room(slug: str) -> Room:
-    """The room row, locked until the transaction ends; ``room_not_found``."""
-    # of=("self",): lock the room row only, not the joined project row.
-    room = (
-        Room.objects.select_for_update(of=("self",))
-        .select_related("project")
-        .filter(slug=slug)
-        .first()
-    )
-    if room is None:
-        raise RoomNotFound(f"No room is named {slug!r}.")
-    return room
-
-
-def _current_member(room: Room, name_id: int) -> Member:
-    member = Member.objects.filter(room=room, name_id=name_id, left_at__isnull=True).first()
-    if member is None:
-        raise NotAMember()
-    return member
-
-
-# Every event and message goes through these; their SQL is built once per
-# process (common.prepared). Rooms have no signal receivers.
-_set_head_seq = PreparedUpdate(Room, ["head_seq"])
-_insert_event = PreparedInsert(Event)
+# Every send goes through these; their SQL is built once per process
+# (common.prepared). Rooms have no signal receivers.
 _insert_message = PreparedInsert(Message)
 _advance_read_seq = PreparedUpdate(Member, ["read_seq"], where='"read_seq" < %s')
-
-
-def append_event(room: Room, cursor=None, **fields: Any) -> Event:
-    """Insert the room's next event. The caller holds the room row lock.
-
-    ``cursor``: the caller's open cursor, if it has one, to run the statements on.
-    """
-    room.head_seq += 1
-    _set_head_seq.update(room.pk, cursor=cursor, head_seq=room.head_seq)
-    event = Event(room=room, seq=room.head_seq, **fields)
-    _insert_event.insert(event, cursor=cursor)
-    return event
-
-
-# --- rooms and members ------------------------------------------------------------
-
-
-def room_create(
-    session: Session, *, slug: str, title: str = "", topic: str = "", display_name: str = ""
-) -> tuple[Room, Event]:
-    """Create a room in the caller's project; the creator joins (its seq 1 event).
-
-    Raises ``validation_error`` and ``room_exists``.
-    """
-    slug_check(slug)
-    if not isinstance(title, str) or len(title) > 200:
-        raise ValidationFailed("title is at most 200 characters.", details={"title": ["Too long."]})
-    if not isinstance(topic, str) or len(topic) > 2000:
-        raise ValidationFailed(
-            "topic is at most 2000 characters.", details={"topic": ["Too long."]}
-        )
-    display_name = _check_display_name(display_name)
-    try:
-        with transaction.atomic():
-            now = timezone.now()
-            room = Room.objects.create(
-                slug=slug,
-                project=session.workspace.project,
-                title=title,
-                topic=topic,
-                created_by=session.name,
-                created_at=now,
-            )
-            event = _join(room, session.name, display_name=display_name, now=now)
-    except IntegrityError:
-        raise RoomExists(f"A room named {slug!r} already exists.") from None
-    return room, event
-
-
-def _join(room: Room, name: AgentName, *, display_name: str, now) -> Event:
-    event = append_event(
-        room, kind=Event.Kind.JOIN, actor=name, actor_display_name=display_name, created_at=now
-    )
-    # A new member has seen the room up to its own join: earlier history stays
-    # readable (after_seq=0) but does not count as unread.
-    Member.objects.update_or_create(
-        room=room,
-        name=name,
-        defaults={
-            "display_name": display_name,
-            "left_at": None,
-            "joined_at": now,
-            "read_seq": event.seq,
-        },
-    )
-    return event
-
-
-@dataclass
-class Joined:
-    room: Room
-    member: Member
-    event: Event | None  # None when the caller was a member already
-
-
-def room_join(session: Session, slug: str, *, display_name: str | None = None) -> Joined:
-    """Join a room (a ``join`` event); joining again changes nothing.
-
-    A room of another project may be joined only if that project opted in to
-    the caller's. Raises ``room_not_found``, ``cross_project_refused`` and
-    ``validation_error``.
-    """
-    if display_name is not None:
-        display_name = _check_display_name(display_name)
-    with transaction.atomic():
-        room = lock_room(slug)
-        member = Member.objects.filter(room=room, name=session.name).first()
-        if member is not None and member.is_current:
-            return Joined(room=room, member=member, event=None)
-        caller_project = session.workspace.project
-        if not optin_allows(room.project, source=caller_project):
-            raise CrossProjectRefused(
-                "This room's project has not opted in to your project.",
-                details={"room_project": room.project.slug, "your_project": caller_project.slug},
-            )
-        if display_name is None:
-            display_name = member.display_name if member is not None else ""
-        event = _join(room, session.name, display_name=display_name, now=timezone.now())
-        member = Member.objects.get(room=room, name=session.name)
-    return Joined(room=room, member=member, event=event)
-
-
-def room_leave(session: Session, slug: str) -> tuple[Room, Event]:
-    """Leave a room (a ``leave`` event). Raises ``room_not_found``, ``not_a_member``."""
-    with transaction.atomic():
-        room = lock_room(slug)
-        member = _current_member(room, session.name_id)
-        now = timezone.now()
-        event = append_event(
-            room,
-            kind=Event.Kind.LEAVE,
-            actor=session.name,
-            actor_display_name=member.display_name,
-            created_at=now,
-        )
-        Member.objects.filter(pk=member.pk).update(left_at=now)
-    return room, event
-
-
-# --- sending ------------------------------------------------------------------------
 
 
 @dataclass
@@ -392,8 +227,10 @@ def _send_locked(
                 raise UnreadMessages(
                     events=unseen, unseen_count=blocking.count(), latest_seq=room.head_seq
                 )
-        # Step 3 from the ordinals (rooms.selectors.others_messages_after).
-        unseen_before_send = (state.total - state.seen) - (state.own - state.own_seen)
+        # Step 3, from the ordinals the locking query read.
+        unseen_before_send = unseen_from_ordinals(
+            total=state.total, seen=state.seen, own=state.own, own_seen=state.own_seen
+        )
 
         resolved = _resolve_mentions(room, text)
         # What this send reported is kept, so that a replay answers the same.
@@ -498,104 +335,3 @@ def _resolve_mentions(room: Room, text: str) -> dict[str, Any]:
         "unresolved": result.unresolved,
         "warnings": result.warnings,
     }
-
-
-# --- reviews and read positions ----------------------------------------------------
-
-
-def review_add(
-    session: Session, slug: str, message_id: str, *, verdict: str, body: str | None = None
-) -> tuple[Room, Event]:
-    """Review a message: a ``review`` event with its own seq (it counts for require_read).
-
-    Raises ``validation_error``, ``body_too_large``, ``room_not_found``,
-    ``not_a_member``, ``member_muted``, ``room_locked`` and ``message_not_found``.
-    """
-    if verdict not in Event.Verdict.values:
-        raise ValidationFailed(
-            "verdict must be approve, request_changes or comment.",
-            details={"verdict": [f"One of: {', '.join(Event.Verdict.values)}."]},
-        )
-    text = body_prepare(body).text if body not in (None, "") else ""
-    with transaction.atomic():
-        room = lock_room(slug)
-        member = _current_member(room, session.name_id)
-        if member.muted:
-            raise MemberMuted()
-        if room.locked:
-            raise RoomLocked()
-        message = Message.objects.filter(room=room, public_id=message_id).first()
-        if message is None:
-            raise MessageNotFound()
-        event = append_event(
-            room,
-            kind=Event.Kind.REVIEW,
-            actor=session.name,
-            actor_display_name=member.display_name,
-            message=message,
-            verdict=verdict,
-            body=text,
-        )
-        event.message = message
-        event.actor = session.name
-    return room, event
-
-
-def read_position_set(session: Session, slug: str, *, seq: int) -> tuple[Room, Member]:
-    """Move the caller's read position forward to ``seq`` (never backwards).
-
-    Raises ``room_not_found``, ``not_a_member`` and ``validation_error`` (a
-    seq beyond the room's head).
-    """
-    room = Room.objects.filter(slug=slug).first()
-    if room is None:
-        raise RoomNotFound()
-    member = _current_member(room, session.name_id)
-    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= room.head_seq:
-        raise ValidationFailed(
-            f"seq must be between 0 and the room's latest_seq ({room.head_seq}).",
-            details={"seq": [f"From 0 to {room.head_seq}."]},
-        )
-    read_advance(member, seq)
-    return room, member
-
-
-def read_advance(member: Member, seq: int) -> None:
-    """Forward-only: a conditional UPDATE, so racing readers never move it back."""
-    if seq > member.read_seq:
-        Member.objects.filter(pk=member.pk, read_seq__lt=seq).update(read_seq=seq)
-        member.read_seq = seq
-
-
-@dataclass
-class EventsRead:
-    room: Room
-    events: list[Event]
-    has_more: bool
-    read_seq: int
-    latest_seq: int
-
-
-def events_read(
-    session: Session,
-    slug: str,
-    *,
-    after_seq: int | None = None,
-    limit: int = 50,
-    kinds: list[str] | None = None,
-    mark_read: bool = True,
-) -> EventsRead:
-    """Events after ``after_seq`` (default: the read position), ascending.
-
-    Moves the read position forward to the highest seq returned unless
-    ``mark_read`` is false. Raises ``room_not_found`` and ``not_a_member``.
-    """
-    room, member = member_get_for_session(session, slug)
-    start = after_seq if after_seq is not None else member.read_seq
-    events, has_more = events_page(room, after_seq=start, limit=limit, kinds=kinds)
-    if mark_read and events:
-        read_advance(member, events[-1].seq)
-    latest = max(room.head_seq, events[-1].seq if events else 0)
-    return EventsRead(
-        room=room, events=events, has_more=has_more, read_seq=member.read_seq, latest_seq=latest
-    )

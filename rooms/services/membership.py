@@ -1,0 +1,129 @@
+"""Membership of rooms: create (the creator joins), join and leave.
+
+Each is a ``join`` or ``leave`` event taken under the room row lock
+(``rooms.services.stream``), so a join and a send or a leave racing in one
+room get distinct, gap-free seqs and the member row matches the last event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from common import limits
+from common.errors import ValidationFailed
+from mailbox.errors import CrossProjectRefused
+from mailbox.models import AgentName, Session
+from mailbox.selectors import optin_allows
+from mailbox.services.identity import slug_check
+from rooms.errors import RoomExists
+from rooms.models import Event, Member, Room
+from rooms.services.stream import append_event, current_member, display_name_check, lock_room
+
+
+def room_create(
+    session: Session, *, slug: str, title: str = "", topic: str = "", display_name: str = ""
+) -> tuple[Room, Event]:
+    """Create a room in the caller's project; the creator joins (its seq 1 event).
+
+    Raises ``validation_error`` and ``room_exists``.
+    """
+    slug_check(slug)
+    if not isinstance(title, str) or len(title) > limits.ROOM_TITLE_MAX:
+        raise ValidationFailed(
+            f"title is at most {limits.ROOM_TITLE_MAX} characters.",
+            details={"title": ["Too long."]},
+        )
+    if not isinstance(topic, str) or len(topic) > limits.ROOM_TOPIC_MAX:
+        raise ValidationFailed(
+            f"topic is at most {limits.ROOM_TOPIC_MAX} characters.",
+            details={"topic": ["Too long."]},
+        )
+    display_name = display_name_check(display_name)
+    try:
+        with transaction.atomic():
+            now = timezone.now()
+            room = Room.objects.create(
+                slug=slug,
+                project=session.workspace.project,
+                title=title,
+                topic=topic,
+                created_by=session.name,
+                created_at=now,
+            )
+            event = _join(room, session.name, display_name=display_name, now=now)
+    except IntegrityError:
+        raise RoomExists(f"A room named {slug!r} already exists.") from None
+    return room, event
+
+
+def _join(room: Room, name: AgentName, *, display_name: str, now) -> Event:
+    event = append_event(
+        room, kind=Event.Kind.JOIN, actor=name, actor_display_name=display_name, created_at=now
+    )
+    # A new member has seen the room up to its own join: earlier history stays
+    # readable (after_seq=0) but does not count as unread.
+    Member.objects.update_or_create(
+        room=room,
+        name=name,
+        defaults={
+            "display_name": display_name,
+            "left_at": None,
+            "joined_at": now,
+            "read_seq": event.seq,
+        },
+    )
+    return event
+
+
+@dataclass
+class Joined:
+    room: Room
+    member: Member
+    event: Event | None  # None when the caller was a member already
+
+
+def room_join(session: Session, slug: str, *, display_name: str | None = None) -> Joined:
+    """Join a room (a ``join`` event); joining again changes nothing.
+
+    A room of another project may be joined only if that project opted in to
+    the caller's. Raises ``room_not_found``, ``cross_project_refused`` and
+    ``validation_error``.
+    """
+    if display_name is not None:
+        display_name = display_name_check(display_name)
+    with transaction.atomic():
+        room = lock_room(slug)
+        member = Member.objects.filter(room=room, name=session.name).first()
+        if member is not None and member.is_current:
+            return Joined(room=room, member=member, event=None)
+        caller_project = session.workspace.project
+        if not optin_allows(room.project, source=caller_project):
+            raise CrossProjectRefused(
+                "This room's project has not opted in to your project.",
+                details={"room_project": room.project.slug, "your_project": caller_project.slug},
+            )
+        if display_name is None:
+            display_name = member.display_name if member is not None else ""
+        event = _join(room, session.name, display_name=display_name, now=timezone.now())
+        member = Member.objects.get(room=room, name=session.name)
+    return Joined(room=room, member=member, event=event)
+
+
+def room_leave(session: Session, slug: str) -> tuple[Room, Event]:
+    """Leave a room (a ``leave`` event). Raises ``room_not_found``, ``not_a_member``."""
+    with transaction.atomic():
+        room = lock_room(slug)
+        member = current_member(room, session.name_id)
+        now = timezone.now()
+        event = append_event(
+            room,
+            kind=Event.Kind.LEAVE,
+            actor=session.name,
+            actor_display_name=member.display_name,
+            created_at=now,
+        )
+        Member.objects.filter(pk=member.pk).update(left_at=now)
+    return room, event

@@ -1,0 +1,77 @@
+"""Read positions and reading a room's events.
+
+Reading takes no room lock: a read position only ever moves forward, by a
+conditional UPDATE, so racing readers (or a reader and a send) never move
+it back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.errors import ValidationFailed
+from mailbox.models import Session
+from rooms.errors import RoomNotFound
+from rooms.models import Event, Member, Room
+from rooms.selectors import events_page, member_get_for_session
+from rooms.services.stream import current_member
+
+
+def read_position_set(session: Session, slug: str, *, seq: int) -> tuple[Room, Member]:
+    """Move the caller's read position forward to ``seq`` (never backwards).
+
+    Raises ``room_not_found``, ``not_a_member`` and ``validation_error`` (a
+    seq beyond the room's head).
+    """
+    room = Room.objects.filter(slug=slug).first()
+    if room is None:
+        raise RoomNotFound()
+    member = current_member(room, session.name_id)
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= room.head_seq:
+        raise ValidationFailed(
+            f"seq must be between 0 and the room's latest_seq ({room.head_seq}).",
+            details={"seq": [f"From 0 to {room.head_seq}."]},
+        )
+    read_advance(member, seq)
+    return room, member
+
+
+def read_advance(member: Member, seq: int) -> None:
+    """Forward-only: a conditional UPDATE, so racing readers never move it back."""
+    if seq > member.read_seq:
+        Member.objects.filter(pk=member.pk, read_seq__lt=seq).update(read_seq=seq)
+        member.read_seq = seq
+
+
+@dataclass
+class EventsRead:
+    room: Room
+    events: list[Event]
+    has_more: bool
+    read_seq: int
+    latest_seq: int
+
+
+def events_read(
+    session: Session,
+    slug: str,
+    *,
+    after_seq: int | None = None,
+    limit: int = 50,
+    kinds: list[str] | None = None,
+    mark_read: bool = True,
+) -> EventsRead:
+    """Events after ``after_seq`` (default: the read position), ascending.
+
+    Moves the read position forward to the highest seq returned unless
+    ``mark_read`` is false. Raises ``room_not_found`` and ``not_a_member``.
+    """
+    room, member = member_get_for_session(session, slug)
+    start = after_seq if after_seq is not None else member.read_seq
+    events, has_more = events_page(room, after_seq=start, limit=limit, kinds=kinds)
+    if mark_read and events:
+        read_advance(member, events[-1].seq)
+    latest = max(room.head_seq, events[-1].seq if events else 0)
+    return EventsRead(
+        room=room, events=events, has_more=has_more, read_seq=member.read_seq, latest_seq=latest
+    )

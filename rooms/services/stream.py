@@ -1,0 +1,75 @@
+"""The stream core of a room: its row lock, its next event, its current members.
+
+Membership, sending, reviews and moderation all write through here.
+
+Each event-producing service locks the room row (``select_for_update``) for
+its whole transaction, then allocates the next seq from ``Room.head_seq``.
+On PostgreSQL the row lock queues concurrent writers of one room; on SQLite
+the IMMEDIATE transaction serialises all writers. Either way the checks a
+send makes (membership, ``require_read``, idempotency) and the insert they
+guard are one atomic step: no other event can slip in between.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common import limits
+from common.errors import ValidationFailed
+from common.prepared import PreparedInsert, PreparedUpdate
+from rooms.errors import NotAMember, RoomNotFound
+from rooms.models import Event, Member, Room
+
+
+def display_name_check(display_name: object) -> str:
+    """``display_name``: short text, no NUL; ``validation_error``."""
+    if not isinstance(display_name, str) or len(display_name) > limits.DISPLAY_NAME_MAX:
+        raise ValidationFailed(
+            f"display_name must be text of at most {limits.DISPLAY_NAME_MAX} characters.",
+            details={"display_name": [f"At most {limits.DISPLAY_NAME_MAX} characters."]},
+        )
+    if "\x00" in display_name:
+        raise ValidationFailed(
+            "display_name must not contain NUL.", details={"display_name": ["No NUL."]}
+        )
+    return display_name
+
+
+def lock_room(slug: str) -> Room:
+    """The room row, locked until the transaction ends; ``room_not_found``."""
+    # of=("self",): lock the room row only, not the joined project row.
+    room = (
+        Room.objects.select_for_update(of=("self",))
+        .select_related("project")
+        .filter(slug=slug)
+        .first()
+    )
+    if room is None:
+        raise RoomNotFound(f"No room is named {slug!r}.")
+    return room
+
+
+def current_member(room: Room, name_id: int) -> Member:
+    """The name's membership of the room if it has not left; ``not_a_member``."""
+    member = Member.objects.filter(room=room, name_id=name_id, left_at__isnull=True).first()
+    if member is None:
+        raise NotAMember()
+    return member
+
+
+# Every event goes through these; their SQL is built once per process
+# (common.prepared). Rooms have no signal receivers.
+_set_head_seq = PreparedUpdate(Room, ["head_seq"])
+_insert_event = PreparedInsert(Event)
+
+
+def append_event(room: Room, cursor=None, **fields: Any) -> Event:
+    """Insert the room's next event. The caller holds the room row lock.
+
+    ``cursor``: the caller's open cursor, if it has one, to run the statements on.
+    """
+    room.head_seq += 1
+    _set_head_seq.update(room.pk, cursor=cursor, head_seq=room.head_seq)
+    event = Event(room=room, seq=room.head_seq, **fields)
+    _insert_event.insert(event, cursor=cursor)
+    return event
