@@ -3,15 +3,20 @@ moderate rooms and conversations and read the audit trail (SPEC §5).
 
 Split by entity; importing the package registers every model admin:
 
-* ``identity``: projects (collab settings, opt-ins inline), opt-ins, keys,
-  workspaces, agent names, sessions. Superusers and operators only;
+* ``projects``: projects (collab settings, opt-ins inline) and opt-ins;
+* ``keys``: project keys, issued once, relabelled and revoked;
+* ``workspaces``: workspaces, agent names and sessions;
+* ``base``: what those three share: saving through the services and showing
+  their errors, a fixed-text widget, the project filters;
 * ``conversations``: conversations with their notes and transcripts;
-* ``audit``: the audit trail, read-only;
-* ``actions``: the "action with a reason" confirmation shared with ``rooms.admin``;
-* ``pages``: tool buttons on change pages, changelist titles, badges;
-* ``paging``: changelists of ever-growing tables, without full counts.
+* ``audit``: the audit trail, read-only.
 
-The rooms' admin lives in ``rooms/admin.py``. The ``moderators`` group (data
+Projects, opt-ins, keys, workspaces, names and sessions are for superusers and
+operators only. The admin kit these modules and ``rooms.admin`` build on (the
+"action with a reason" confirmation, tool buttons and badges, changelists of
+ever-growing tables) lives in ``common/admin/``.
+
+The rooms' admin lives in ``rooms/admin/``. The ``moderators`` group (data
 migration ``rooms/0003``) holds view and change permissions on rooms, members,
 messages, conversations and view on events, notes and audit records, and no
 permission on the identity models, so Django's own permission checks keep
@@ -20,7 +25,7 @@ those pages out of its index and answer 403 on them.
 
 from django.contrib import admin
 
-from mailbox.admin import audit, conversations, identity
+from mailbox.admin import audit, base, conversations, keys, projects, workspaces
 
 admin.site.site_header = "plumb"
 admin.site.site_title = "plumb admin"
@@ -28,4 +33,4 @@ admin.site.index_title = "Operations"
 # plumb serves no site of its own beside the API: no "View site" link.
 admin.site.site_url = None
 
-__all__ = ["audit", "conversations", "identity"]
+__all__ = ["audit", "base", "conversations", "keys", "projects", "workspaces"]

@@ -1,0 +1,200 @@
+"""Projects and cross-project opt-ins in the admin: a project's collaboration
+settings with its opt-ins inline, and the opt-ins' own list. Opt-ins are
+granted and revoked through the services, never edited. Superusers and
+operators only: the ``moderators`` group has no permission here (SPEC §5).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Count, QuerySet
+from django.forms import BaseInlineFormSet, ModelForm, TextInput
+from django.http import HttpRequest
+
+from common.admin.actions import admin_actor
+from mailbox import services
+from mailbox.admin.base import FixedText, ServiceErrorsMixin, _adopt
+from mailbox.errors import OptInNotFound
+from mailbox.models import CrossProjectOptIn, Project
+
+
+class OptInInlineForm(ModelForm):
+    """Opt-ins are granted or revoked, never edited: existing rows are shown disabled."""
+
+    class Meta:
+        model = CrossProjectOptIn
+        fields = ("source", "note")
+        widgets = {"note": TextInput(attrs={"size": 40})}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            for field in self.fields.values():
+                field.disabled = True
+            # The autocomplete widget would query its selected project once per
+            # row; the source is already loaded (select_related), so print it.
+            self.fields["source"].widget = FixedText(str(self.instance.source))
+
+    def clean(self) -> dict[str, Any]:
+        # The inline's project is not one of this form's fields, so Django skips
+        # the optin_not_self constraint; say it here rather than after the save.
+        cleaned = super().clean()
+        source = cleaned.get("source")
+        if source is not None and source.pk == self.instance.project_id:
+            self.add_error("source", "A project always accepts its own traffic.")
+        return cleaned
+
+
+class OptInInline(admin.TabularInline):
+    model = CrossProjectOptIn
+    fk_name = "project"
+    form = OptInInlineForm
+    extra = 0
+    fields = ("source", "note", "created_by", "created_at")
+    readonly_fields = ("created_by", "created_at")
+    autocomplete_fields = ("source",)
+    verbose_name = "accepts traffic from"
+    verbose_name_plural = "Accepts notes and room joins from (cross-project opt-ins)"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[CrossProjectOptIn]:
+        return super().get_queryset(request).select_related("project", "source")
+
+
+@admin.register(Project)
+class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
+    list_display = (
+        "slug",
+        "name",
+        "mailbox_enabled",
+        "max_exchanges",
+        "accept_all_projects",
+        "workspaces_count",
+        "created_at",
+    )
+    list_filter = ("mailbox_enabled", "accept_all_projects")
+    search_fields = ("slug", "name")
+    readonly_fields = ("created_at",)
+    inlines = (OptInInline,)
+    fieldsets = (
+        (
+            "Identity",
+            {
+                "fields": ("slug", "name", "created_at"),
+                "description": (
+                    "The slug is how agents, keys and URLs name the project; it cannot "
+                    "change once created."
+                ),
+            },
+        ),
+        (
+            "Collaboration",
+            {
+                "fields": ("mailbox_enabled", "max_exchanges", "accept_all_projects"),
+                "description": (
+                    "Whether this project's sessions use the mailbox, how long a new "
+                    "conversation may run, and whether any project may send notes here "
+                    "and join its rooms. Otherwise only the projects listed below may."
+                ),
+            },
+        ),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Project]:
+        # One aggregate query instead of a count per row. Meta.ordering does not
+        # apply to GROUP BY queries: without order_by() the project autocomplete
+        # (opt-in, key and workspace forms) pages an unordered queryset.
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(workspace_total=Count("workspaces"))
+            .order_by(*Project._meta.ordering)
+        )
+
+    @admin.display(description="workspaces", ordering="workspace_total")
+    def workspaces_count(self, obj: Project) -> int:
+        return obj.workspace_total
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Project | None = None) -> tuple:
+        # Keys, workspaces and clients refer to the slug; renaming would strand them.
+        return ("slug", "created_at") if obj is not None else ("created_at",)
+
+    def save_model(self, request: HttpRequest, obj: Project, form: ModelForm, change: bool) -> None:
+        data = form.cleaned_data
+        if not change:
+            created = services.project_create(
+                data["slug"],
+                name=data.get("name", ""),
+                max_exchanges=data["max_exchanges"],
+                mailbox_enabled=data["mailbox_enabled"],
+                accept_all_projects=data["accept_all_projects"],
+            )
+            _adopt(obj, created)
+            return
+        editable = ("name", "max_exchanges", "mailbox_enabled", "accept_all_projects")
+        services.project_update(
+            obj, **{field: data[field] for field in editable if field in form.changed_data}
+        )
+
+    def save_formset(
+        self, request: HttpRequest, form: ModelForm, formset: BaseInlineFormSet, change: bool
+    ) -> None:
+        if formset.model is not CrossProjectOptIn:
+            super().save_formset(request, form, formset, change)
+            return
+        # commit=False fills new_objects/deleted_objects without touching the
+        # database; the services then do the writes (and run their checks).
+        formset.save(commit=False)
+        project = form.instance
+        for optin in formset.deleted_objects:
+            with contextlib.suppress(OptInNotFound):  # already gone is the goal
+                services.optin_revoke(project, source=optin.source, actor=admin_actor(request))
+        formset.new_objects = [
+            services.optin_grant(
+                project,
+                source=optin.source,
+                created_by=admin_actor(request),
+                note=optin.note,
+            )
+            for optin in formset.new_objects
+        ]
+
+
+@admin.register(CrossProjectOptIn)
+class CrossProjectOptInAdmin(ServiceErrorsMixin, admin.ModelAdmin):
+    list_display = ("project", "source", "created_by", "created_at", "note")
+    list_filter = ("created_at",)
+    list_select_related = ("project", "source")
+    search_fields = ("project__slug", "source__slug", "created_by", "note")
+    autocomplete_fields = ("project", "source")
+    fields = ("project", "source", "note", "created_by", "created_at")
+    readonly_fields = ("created_by", "created_at")
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: CrossProjectOptIn | None = None
+    ) -> bool:
+        # Granted or revoked, never edited: an object page is view-only.
+        if obj is not None:
+            return False
+        return super().has_change_permission(request, obj)
+
+    def save_model(
+        self, request: HttpRequest, obj: CrossProjectOptIn, form: ModelForm, change: bool
+    ) -> None:
+        granted = services.optin_grant(
+            obj.project,
+            source=obj.source,
+            created_by=admin_actor(request),
+            note=obj.note,
+        )
+        _adopt(obj, granted)
+
+    def delete_model(self, request: HttpRequest, obj: CrossProjectOptIn) -> None:
+        with contextlib.suppress(OptInNotFound):
+            services.optin_revoke(obj.project, source=obj.source, actor=admin_actor(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[CrossProjectOptIn]) -> None:
+        for optin in queryset.select_related("project", "source"):
+            self.delete_model(request, optin)

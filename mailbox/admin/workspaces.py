@@ -1,0 +1,157 @@
+"""Workspaces, agent names and sessions in the admin: workspaces are created
+through the services, names reserved for a workspace, sessions listed and
+ended (never added, edited or deleted). Superusers and operators only: the
+``moderators`` group has no permission here (SPEC §5).
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.forms import ModelForm
+from django.http import HttpRequest
+from django.utils import timezone
+
+from mailbox import services
+from mailbox.admin.base import (
+    ProjectFilter,
+    ServiceErrorsMixin,
+    WorkspaceProjectFilter,
+    _adopt,
+)
+from mailbox.models import AgentName, Project, Session, Workspace
+
+# --- workspaces and names -------------------------------------------------------------
+
+
+@admin.register(Workspace)
+class WorkspaceAdmin(ServiceErrorsMixin, admin.ModelAdmin):
+    list_display = ("slug", "project", "created_at")
+    list_filter = (ProjectFilter,)
+    list_select_related = ("project",)
+    search_fields = ("slug", "project__slug")
+    autocomplete_fields = ("project",)
+    fields = ("project", "slug", "created_at")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Workspace | None = None) -> tuple:
+        # Agents configure the slug; sessions and names hang off the row.
+        return ("project", "slug", "created_at") if obj is not None else ("created_at",)
+
+    def save_model(
+        self, request: HttpRequest, obj: Workspace, form: ModelForm, change: bool
+    ) -> None:
+        if change:
+            return  # nothing is editable once created
+        _adopt(obj, services.workspace_create(obj.project, slug=obj.slug))
+
+
+@admin.register(AgentName)
+class AgentNameAdmin(admin.ModelAdmin):
+    """Names are claimed by session starts; adding one here reserves it for a workspace."""
+
+    list_display = ("handle", "workspace", "project", "created_at")
+    list_select_related = ("workspace__project",)
+    search_fields = ("handle", "workspace__slug", "workspace__project__slug")
+    list_filter = (WorkspaceProjectFilter,)
+    autocomplete_fields = ("workspace",)
+    fields = ("handle", "workspace", "created_at")
+
+    @admin.display(description="project", ordering="workspace__project__slug")
+    def project(self, obj: AgentName) -> Project:
+        return obj.workspace.project
+
+    def get_readonly_fields(self, request: HttpRequest, obj: AgentName | None = None) -> tuple:
+        # Rebinding a name would split it from its sessions' denormalised workspace.
+        return ("handle", "workspace", "created_at") if obj is not None else ("created_at",)
+
+
+# --- sessions -------------------------------------------------------------------------
+
+
+class ConnectedFilter(admin.SimpleListFilter):
+    title = "connected"
+    parameter_name = "connected"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
+        return [("yes", "Yes"), ("no", "No")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Session]) -> QuerySet:
+        # One definition of "connected": the model's queryset method.
+        if self.value() == "yes":
+            return queryset.connected()
+        if self.value() == "no":
+            return queryset.exclude(pk__in=Session.objects.connected().values("pk"))
+        return queryset
+
+
+@admin.register(Session)
+class SessionAdmin(admin.ModelAdmin):
+    """Sessions are started by agents and ended here; never added, edited or deleted."""
+
+    list_display = (
+        "public_id",
+        "handle",
+        "workspace",
+        "project",
+        "started_at",
+        "last_seen_at",
+        "ended_at",
+        "connected",
+    )
+    list_filter = (ConnectedFilter, WorkspaceProjectFilter)
+    list_select_related = ("name", "workspace__project")
+    search_fields = ("public_id", "name__handle", "workspace__slug", "workspace__project__slug")
+    actions = ("end_sessions",)
+    fields = (
+        "public_id",
+        "name",
+        "workspace",
+        "project",
+        "token",
+        "started_at",
+        "last_seen_at",
+        "ended_at",
+        "connected",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="name", ordering="name__handle")
+    def handle(self, obj: Session) -> str:
+        return obj.name.handle
+
+    @admin.display(description="project", ordering="workspace__project__slug")
+    def project(self, obj: Session) -> Project:
+        return obj.workspace.project
+
+    @admin.display(description="token prefix")
+    def token(self, obj: Session) -> str:
+        return f"plumb_tok_{obj.token_prefix}_…"
+
+    @admin.display(description="connected", boolean=True)
+    def connected(self, obj: Session) -> bool:
+        return obj.is_connected(timezone.now())
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Session]:
+        # The change page renders the name and workspace (with its project) too.
+        return super().get_queryset(request).select_related("name", "workspace__project")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Session | None = None) -> bool:
+        # Change permission gates the "end" action; an object page is view-only.
+        if obj is not None:
+            return False
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Session | None = None) -> bool:
+        # Notes record which session received them; end a session instead.
+        return False
+
+    @admin.action(description="End selected sessions", permissions=["change"])
+    def end_sessions(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
+        ended = 0
+        for session in queryset.filter(ended_at__isnull=True):
+            services.session_end(session)
+            ended += 1
+        self.message_user(request, f"Ended {ended} session(s).", messages.SUCCESS)
