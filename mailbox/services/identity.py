@@ -463,7 +463,12 @@ def session_end(session: Session) -> Session:
 
 
 def _sessions_end(session_ids: list[int], *, now: datetime) -> None:
-    """End sessions and let their undelivered bound notes fall back to the name."""
+    """End sessions and let their undelivered bound notes fall back to the name.
+
+    Two statements, in this order: the UPDATE waits for any note being bound
+    to one of these sessions (``note_leave`` locks the session row), and the
+    unbinding starts after it, so under READ COMMITTED it sees that note.
+    """
     Session.objects.filter(pk__in=session_ids, ended_at__isnull=True).update(ended_at=now)
     notes_unbind(session_ids)
 

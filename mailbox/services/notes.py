@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from common.bodies import body_prepare, idempotency_key_check
 from common.errors import ValidationFailed
+from common.pause import pause_point
 from mailbox import wakeups
 from mailbox.errors import (
     ConversationExhausted,
@@ -187,7 +188,15 @@ def _store(
         if addressee.is_next:
             delivery = Note.Delivery.NEXT
         else:
-            bound = Session.objects.connected(now).filter(name=addressee.name).first()
+            # Locked until commit: a session_end racing this note waits here, and
+            # its unbinding (a later statement) then sees the note; one that
+            # committed first makes PostgreSQL re-check ended_at and skip the row.
+            bound = (
+                Session.objects.connected(now)
+                .select_for_update()
+                .filter(name=addressee.name)
+                .first()
+            )
             delivery = Note.Delivery.SESSION if bound is not None else Note.Delivery.NAME
 
         position = conversation.notes_count + 1
@@ -213,6 +222,7 @@ def _store(
         if addressee.name is not None:
             _add_participant(conversation, addressee.name, wrote=False)
         transaction.on_commit(wakeups.notify_all)
+        pause_point("note.stored")
 
     note.conversation = conversation
     note.sender_name = session.name

@@ -63,15 +63,38 @@ def events_read(
 ) -> EventsRead:
     """Events after ``after_seq`` (default: the read position), ascending.
 
-    Moves the read position forward to the highest seq returned unless
-    ``mark_read`` is false. Raises ``room_not_found`` and ``not_a_member``.
+    Moves the read position forward across the events returned, unless
+    ``mark_read`` is false; a read filtered by ``kinds`` stops just below the
+    first event it left out, so a later ``require_read`` send still sees the
+    messages the caller skipped. Raises ``room_not_found`` and ``not_a_member``.
     """
     room, member = member_get_for_session(session, slug)
     start = after_seq if after_seq is not None else member.read_seq
     events, has_more = events_page(room, after_seq=start, limit=limit, kinds=kinds)
     if mark_read and events:
-        read_advance(member, events[-1].seq)
+        read_advance(member, _received_up_to(room, max(start, member.read_seq), events, kinds))
     latest = max(room.head_seq, events[-1].seq if events else 0)
     return EventsRead(
         room=room, events=events, has_more=has_more, read_seq=member.read_seq, latest_seq=latest
     )
+
+
+def _received_up_to(room: Room, seen: int, events: list[Event], kinds: list[str] | None) -> int:
+    """How far the caller has now seen: never past an event the read left out (SPEC §4.3).
+
+    An unfiltered page is every event from its start to its last one. A page
+    filtered by kind stops just below the first event of another kind above
+    ``seen`` (what the caller had seen already: its read position, or the
+    ``after_seq`` it read from).
+    """
+    last = events[-1].seq
+    if not kinds:
+        return last
+    left_out = (
+        Event.objects.filter(room=room, seq__gt=seen, seq__lt=last)
+        .exclude(kind__in=kinds)
+        .order_by("seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    return last if left_out is None else left_out - 1

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from common.bodies import body_prepare, idempotency_key_check
 from common.errors import ValidationFailed
+from common.pause import pause_point
 from common.prepared import (
     Prepared,
     PreparedInsert,
@@ -163,6 +164,21 @@ _room_for_send = Prepared(
 )
 
 
+# PostgreSQL, READ COMMITTED: a statement reads from the snapshot taken when
+# it starts. One that then waits for the room lock gets the room row as it is
+# after the wait, but the member row and every subquery as they were before:
+# a send that queued behind another would miss that send's message (same
+# ordinal, a read position moved past it) and a mute committed meanwhile. So
+# there the room is locked by a statement of its own, and the figures are read
+# by the next one, which starts with the lock held and sees every commit made
+# before it. SQLite takes its one write lock at BEGIN IMMEDIATE, before any
+# read, so one statement is enough there.
+_lock_room_row = Prepared(
+    lambda slug: Room.objects.select_for_update().filter(slug=slug).order_by().values_list("id"),
+    params=["slug"],
+)
+
+
 @dataclass
 class _SendState:
     room: Room
@@ -175,6 +191,8 @@ class _SendState:
 
 
 def _lock_room_for_send(slug: str, name_id: int, after_seq: int | None, cursor) -> _SendState:
+    if connection.vendor != "sqlite":
+        _lock_room_row.rows(cursor=cursor, slug=slug)
     rows = _room_for_send.rows(cursor=cursor, slug=slug, name_id=name_id, after_seq=after_seq)
     if not rows:
         raise RoomNotFound(f"No room is named {slug!r}.")
@@ -198,6 +216,7 @@ def _send_locked(
     # SQLite needs for each of them.
     with transaction.atomic(), connection.cursor() as cursor:
         state = _lock_room_for_send(slug, session.name_id, after_seq, cursor)
+        pause_point("send.locked")
         room, member = state.room, state.member
         # Step 2 first: a retry of a send that succeeded replays even if the
         # room moved on, was locked, or the author has since left.

@@ -1038,7 +1038,10 @@ def test_kinds_filters_the_events_returned(alice, bob, carol, general):
         (3, "message"),
         (5, "review"),
     ]
-    assert response.json()["read_seq"] == 5
+    # Bob had seen up to his own creation (1); the read left out alice's join
+    # at 2, so his read position stays there (SPEC §4.3), however far the
+    # filtered page went.
+    assert response.json()["read_seq"] == 1
     assert response.json()["latest_seq"] == 6
 
 
@@ -1375,3 +1378,39 @@ def test_a_require_read_refusal_runs_the_same_queries_in_small_and_big_rooms(
     assert small_reply.status_code == big_reply.status_code == 409
     assert len(big_reply.json()["error"]["details"]["unseen"]) == 50
     assert big_count == small_count
+
+
+def test_a_filtered_read_never_moves_past_a_message_it_left_out(alice, bob, general):
+    plan = post(alice, "the plan")  # 3
+    review(alice, plan["id"], verdict="comment")  # 4
+    post(alice, "a change to the plan")  # 5
+    review(alice, plan["id"], verdict="approve")  # 6
+    read(bob, after_seq=0, limit=2)  # bob has seen 1 and 2
+    assert read_seq(bob) == 2
+
+    response = read(bob, kinds="review")
+
+    assert [e["seq"] for e in response.json()["events"]] == [4, 6]
+    # Message 3 was left out: the read position stays below it.
+    assert response.json()["read_seq"] == 2
+    assert read_seq(bob) == 2
+    # So a require_read send still stops bob from talking over both messages.
+    refused = send(bob, body="LGTM", require_read=True)
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "unread_messages"
+    assert [e["seq"] for e in refused.json()["error"]["details"]["unseen"]] == [3, 4, 5, 6]
+    assert head_seq() == 6
+
+
+def test_a_filtered_read_moves_up_to_the_first_event_it_left_out(alice, bob, general):
+    plan = post(alice, "the plan")  # 3
+    review(alice, plan["id"], verdict="comment")  # 4
+    leave(alice)  # 5
+    post(bob, "anyone?")  # 6
+    read(bob, after_seq=0, limit=2)  # bob has seen 1 and 2
+
+    response = read(bob, kinds="message,review")
+
+    assert [e["seq"] for e in response.json()["events"]] == [3, 4, 6]
+    # alice's leave at 5 was left out: bob has seen up to 4, not 6.
+    assert response.json()["read_seq"] == 4
