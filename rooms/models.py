@@ -27,7 +27,10 @@ class Room(models.Model):
     slug = models.CharField(
         max_length=limits.NAME_MAX, unique=True, validators=[room_slug_validator]
     )
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="rooms")
+    # History is never one ORM call from deletion: a project with rooms, a
+    # message with events and a name with messages cannot be deleted (a cascade
+    # would take others' history with it, or leave a gap in a room's seqs).
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="rooms")
     title = models.CharField(max_length=limits.ROOM_TITLE_MAX, blank=True)
     topic = models.TextField(blank=True)
     head_seq = models.BigIntegerField(default=0, editable=False)
@@ -109,8 +112,10 @@ class Event(models.Model):
     actor_display_name = models.CharField(max_length=limits.DISPLAY_NAME_MAX, blank=True)
     # message: the message posted; review: the message reviewed;
     # moderation: the message acted on, if any.
+    # RESTRICT, not PROTECT: a message is never deleted alone (its event would
+    # leave a gap), but a whole room still can be, events and messages together.
     message = models.ForeignKey(
-        "Message", on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+        "Message", on_delete=models.RESTRICT, null=True, blank=True, related_name="+"
     )
     verdict = models.CharField(max_length=16, choices=Verdict.choices, blank=True)
     body = models.TextField(blank=True, help_text="Review text (secret-scrubbed).")
@@ -141,7 +146,7 @@ class Message(models.Model):
     seq = models.BigIntegerField()
     # Indexed by message_by_author (author, room, seq).
     author = models.ForeignKey(
-        AgentName, on_delete=models.CASCADE, related_name="messages", db_index=False
+        AgentName, on_delete=models.PROTECT, related_name="messages", db_index=False
     )
     author_display_name = models.CharField(max_length=limits.DISPLAY_NAME_MAX, blank=True)
     body = models.TextField(help_text="Markdown, secret-scrubbed before it was stored.")

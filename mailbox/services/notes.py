@@ -378,6 +378,7 @@ def notes_claim(session: Session) -> list[Note]:
     candidate_ids = list(first.union(*rest).order_by("id")[:MAX_CLAIM])
     if not candidate_ids:
         return []
+    pause_point("claim.candidates")
     claim = secrets.token_hex(16)
     now = timezone.now()
     claimed = Note.objects.filter(_pending_q(session), id__in=candidate_ids).update(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from common.pause import pause_point
 from mailbox.services.audit import audit_record, reason_check
 from rooms.models import Event, Member, Message, Room
 from rooms.services.stream import append_event, lock_room
@@ -39,6 +40,7 @@ def _moderate(
         target=target,
         reason=reason,
     )
+    pause_point("moderation.changed")
     return event
 
 

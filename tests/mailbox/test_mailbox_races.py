@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from mailbox import services
+from mailbox.errors import ConversationExhausted
 from mailbox.models import Note, Session
 from tests.factories import ProjectKeyFactory, SessionFactory, WorkspaceFactory
 from tests.races import race
@@ -41,3 +42,52 @@ def test_a_note_bound_while_its_session_ends_falls_back_to_the_name(workspace):
     key = ProjectKeyFactory(project=workspace.project)
     started = services.session_start(key, workspace_slug="races", name="bob")
     assert [n.public_id for n in services.notes_claim(started.session)] == [note.public_id]
+
+
+def test_two_claims_that_read_the_same_pending_note_deliver_it_once(workspace):
+    alice = SessionFactory(workspace=workspace, name="alice")
+    bob = SessionFactory(workspace=workspace, name="bob")
+    note = services.note_leave(alice, body="once only", to="bob").note
+
+    def claim():
+        return services.notes_claim(Session.objects.get(pk=bob.pk))
+
+    first, second, _ = race("claim.candidates", claim, claim)
+    # The first had read the note as pending; the second claimed it meanwhile.
+    held, free = first.outcome(), second.outcome()
+    assert [n.public_id for n in free] == [note.public_id]
+    assert held == []
+    assert Note.objects.get(pk=note.pk).delivered_to_id == bob.pk
+
+
+def test_replies_racing_for_the_last_exchange_never_overshoot_the_cap(workspace):
+    workspace.project.max_exchanges = 2
+    workspace.project.save()
+    alice = SessionFactory(workspace=workspace, name="alice")
+    bob = SessionFactory(workspace=workspace, name="bob")
+    thread = services.note_leave(alice, body="one", to="bob").note.conversation.public_id
+    first, second, state = race(
+        "note.stored",
+        lambda: services.note_leave(bob, body="two", conversation_id=thread),
+        lambda: services.note_leave(alice, body="three", conversation_id=thread),
+    )
+    assert first.outcome().exchanges_left == 0
+    assert state == "blocked"
+    with pytest.raises(ConversationExhausted):
+        second.outcome()
+    assert Note.objects.filter(conversation__public_id=thread).count() == 2
+
+
+def test_two_retries_racing_with_one_idempotency_key_store_one_note(workspace):
+    alice = SessionFactory(workspace=workspace, name="alice")
+    SessionFactory(workspace=workspace, name="bob")
+
+    def leave():
+        return services.note_leave(alice, body="the build is red", to="bob", idempotency_key="k1")
+
+    first, second, state = race("note.stored", leave, leave)
+    one, two = first.outcome(), second.outcome()
+    assert state == "blocked"
+    assert one.note.public_id == two.note.public_id
+    assert (one.replayed, two.replayed) == (False, True)
+    assert Note.objects.filter(sender_name__handle="alice").count() == 1

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from common.errors import PlumbError
 from rooms import services
+from rooms.errors import UnreadMessages
 from rooms.models import Member, Message
 from tests.factories import SessionFactory, WorkspaceFactory
 from tests.races import race
@@ -54,3 +56,77 @@ def services_room_list(session):
     from rooms.selectors import room_list_for_session
 
     return room_list_for_session(session)
+
+
+def _member(handle: str) -> Member:
+    return Member.objects.select_related("name", "room__project").get(
+        room__slug="race", name__handle=handle
+    )
+
+
+@pytest.mark.parametrize(
+    ("moderate", "code"),
+    [
+        (
+            lambda: services.member_mute(_member("alice"), actor="admin:op", reason="spam"),
+            "member_muted",
+        ),
+        (
+            lambda: services.member_remove(_member("alice"), actor="admin:op", reason="spam"),
+            "not_a_member",
+        ),
+        (
+            lambda: services.room_lock(_member("alice").room, actor="admin:op", reason="calm"),
+            "room_locked",
+        ),
+    ],
+    ids=["mute", "remove", "lock"],
+)
+def test_a_send_that_waited_for_a_moderator_obeys_what_the_moderator_did(
+    room_of_three, moderate, code
+):
+    alice, _, _ = room_of_three
+    first, second, state = race(
+        "moderation.changed",
+        moderate,
+        lambda: services.message_send(alice, "race", body="let me in"),
+    )
+    assert first.outcome() is not None
+    assert state == "blocked"
+    with pytest.raises(PlumbError) as refused:
+        second.outcome()
+    assert refused.value.code == code
+    assert not Message.objects.filter(room__slug="race").exists()
+
+
+def test_require_read_refuses_a_send_that_waited_for_another_message(room_of_three):
+    alice, bob, _ = room_of_three
+    head = Member.objects.get(room__slug="race", name__handle="alice").room.head_seq
+    first, second, state = race(
+        "send.locked",
+        lambda: services.message_send(bob, "race", body="I take the release"),
+        lambda: services.message_send(
+            alice, "race", body="I take the release", after_seq=head, require_read=True
+        ),
+    )
+    bob_sent = first.outcome()
+    assert state == "blocked"
+    with pytest.raises(UnreadMessages) as refused:
+        second.outcome()
+    assert refused.value.as_dict()["error"]["details"]["unseen_count"] == 1
+    assert [m.public_id for m in Message.objects.filter(room__slug="race")] == [
+        bob_sent.message.public_id
+    ]
+
+
+def test_two_retries_racing_with_one_idempotency_key_store_one_message(room_of_three):
+    alice, _, _ = room_of_three
+    send = lambda: services.message_send(  # noqa: E731
+        alice, "race", body="deploy started", idempotency_key="deploy-1"
+    )
+    first, second, state = race("send.locked", send, send)
+    one, two = first.outcome(), second.outcome()
+    assert state == "blocked"
+    assert one.message.public_id == two.message.public_id
+    assert (one.replayed, two.replayed) == (False, True)
+    assert Message.objects.filter(room__slug="race").count() == 1
