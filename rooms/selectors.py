@@ -21,6 +21,11 @@ from mailbox.models import Session
 from rooms.errors import MessageNotFound, NotAMember, RoomNotFound
 from rooms.models import Event, Member, Message, MessageMention, Room
 
+# Events a member has to read before talking over them: ``require_read``
+# refuses a send while one from someone else sits above the reference point
+# (SPEC §4.2 step 4), and a filtered read never moves past one (SPEC §4.3).
+UNREAD_KINDS = (Event.Kind.MESSAGE, Event.Kind.REVIEW)
+
 
 def with_event_relations(events: QuerySet[Event]) -> QuerySet[Event]:
     """Events with everything their representation reads, in the same query."""

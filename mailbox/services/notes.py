@@ -162,7 +162,9 @@ def _store(
     # One transaction: the recipient checks, the cap count, the insert and the
     # binding are a unit. On PostgreSQL the conversation row lock serialises
     # replies into one thread; on SQLite the IMMEDIATE transaction does.
-    with transaction.atomic():
+    # Durable: inside a caller's transaction the note would be invisible (and
+    # its locks held) until the caller commits.
+    with transaction.atomic(durable=True):
         now = timezone.now()
         if conversation_id is None:
             addressee = _resolve_addressee(session, to if to is not None else NEXT)

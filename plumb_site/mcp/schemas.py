@@ -222,7 +222,8 @@ TOOLS: list[dict[str, Any]] = [
     _tool(
         "read_messages",
         "Room events after after_seq (default: your read position), ascending; moves your "
-        "read position to the last one unless mark_read is false. Page while has_more.",
+        "read position to the last one unless mark_read is false (with kinds, never past a "
+        "message or review it left out). Page while has_more.",
         {
             "room": _ROOM,
             "after_seq": _number(room_io.EventsReadInput, "after_seq"),

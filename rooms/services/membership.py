@@ -43,7 +43,7 @@ def room_create(
         )
     display_name = display_name_check(display_name)
     try:
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             now = timezone.now()
             room = Room.objects.create(
                 slug=slug,
@@ -94,7 +94,7 @@ def room_join(session: Session, slug: str, *, display_name: str | None = None) -
     """
     if display_name is not None:
         display_name = display_name_check(display_name)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         room = lock_room(slug)
         member = Member.objects.filter(room=room, name=session.name).first()
         if member is not None and member.is_current:
@@ -114,7 +114,7 @@ def room_join(session: Session, slug: str, *, display_name: str | None = None) -
 
 def room_leave(session: Session, slug: str) -> tuple[Room, Event]:
     """Leave a room (a ``leave`` event). Raises ``room_not_found``, ``not_a_member``."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         room = lock_room(slug)
         member = current_member(room, session.name_id)
         now = timezone.now()

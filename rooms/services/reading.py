@@ -13,7 +13,7 @@ from common.errors import ValidationFailed
 from mailbox.models import Session
 from rooms.errors import RoomNotFound
 from rooms.models import Event, Member, Room
-from rooms.selectors import events_page, member_get_for_session
+from rooms.selectors import UNREAD_KINDS, events_page, member_get_for_session
 from rooms.services.stream import current_member
 
 
@@ -72,27 +72,36 @@ def events_read(
     start = after_seq if after_seq is not None else member.read_seq
     events, has_more = events_page(room, after_seq=start, limit=limit, kinds=kinds)
     if mark_read and events:
-        read_advance(member, _received_up_to(room, max(start, member.read_seq), events, kinds))
+        seen = max(start, member.read_seq)
+        read_advance(member, _received_up_to(room, member.name_id, seen, events, kinds))
     latest = max(room.head_seq, events[-1].seq if events else 0)
     return EventsRead(
         room=room, events=events, has_more=has_more, read_seq=member.read_seq, latest_seq=latest
     )
 
 
-def _received_up_to(room: Room, seen: int, events: list[Event], kinds: list[str] | None) -> int:
-    """How far the caller has now seen: never past an event the read left out (SPEC §4.3).
+def _received_up_to(
+    room: Room, name_id: int, seen: int, events: list[Event], kinds: list[str] | None
+) -> int:
+    """How far the caller has now seen: never past a message it left out (SPEC §4.3).
 
     An unfiltered page is every event from its start to its last one. A page
-    filtered by kind stops just below the first event of another kind above
-    ``seen`` (what the caller had seen already: its read position, or the
-    ``after_seq`` it read from).
+    filtered by kind stops just below the first event it left out above
+    ``seen`` (the read position, or the ``after_seq`` read from) that the
+    caller still has to read: a message or review by someone else, the kinds
+    that ``require_read`` and the unseen counts go by. Joins, leaves,
+    moderation notices and the caller's own events left out by a filter do
+    not hold the position back, or reading ``kinds=message`` and then
+    answering with ``require_read`` would be refused over the very messages
+    just read.
     """
     last = events[-1].seq
     if not kinds:
         return last
     left_out = (
-        Event.objects.filter(room=room, seq__gt=seen, seq__lt=last)
+        Event.objects.filter(room=room, seq__gt=seen, seq__lt=last, kind__in=UNREAD_KINDS)
         .exclude(kind__in=kinds)
+        .exclude(actor_id=name_id)
         .order_by("seq")
         .values_list("seq", flat=True)
         .first()

@@ -31,7 +31,7 @@ def review_add(
             details={"verdict": [f"One of: {', '.join(Event.Verdict.values)}."]},
         )
     text = body_prepare(body).text if body not in (None, "") else ""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         room = lock_room(slug)
         member = current_member(room, session.name_id)
         if member.muted:

@@ -40,11 +40,14 @@ from rooms.errors import (
     UnreadMessages,
 )
 from rooms.models import Event, Member, Message, MessageMention, Room
-from rooms.selectors import last_ordinal, unseen_from_ordinals, with_event_relations
+from rooms.selectors import (
+    UNREAD_KINDS,
+    last_ordinal,
+    unseen_from_ordinals,
+    with_event_relations,
+)
 from rooms.services.stream import append_event
 
-# Kinds that ``require_read`` refuses to talk over (SPEC §4.2 step 4).
-BLOCKING_KINDS = (Event.Kind.MESSAGE, Event.Kind.REVIEW)
 MAX_UNSEEN_LISTED = 50
 
 # Every send goes through these; their SQL is built once per process
@@ -214,7 +217,9 @@ def _send_locked(
 ) -> MessageSent:
     # One cursor for the send's own statements: opening one costs more than
     # SQLite needs for each of them.
-    with transaction.atomic(), connection.cursor() as cursor:
+    # Durable: a send is its own unit of work; inside a caller's longer
+    # transaction its room lock would be held, and its event hidden, until then.
+    with transaction.atomic(durable=True), connection.cursor() as cursor:
         state = _lock_room_for_send(slug, session.name_id, after_seq, cursor)
         pause_point("send.locked")
         room, member = state.room, state.member
@@ -239,7 +244,7 @@ def _send_locked(
         reference = after_seq if after_seq is not None else member.read_seq
         if require_read:
             blocking = Event.objects.filter(
-                room=room, seq__gt=reference, kind__in=BLOCKING_KINDS
+                room=room, seq__gt=reference, kind__in=UNREAD_KINDS
             ).exclude(actor_id=session.name_id)
             unseen = list(with_event_relations(blocking.order_by("seq"))[:MAX_UNSEEN_LISTED])
             if unseen:
