@@ -198,7 +198,9 @@ class Command(BaseCommand):
         listing.add_argument("project", nargs="?", help="Only this project's keys.")
         listing.set_defaults(handler="key_list")
 
-        revoke = actions.add_parser("revoke", help="Revoke a key.")
+        revoke = actions.add_parser(
+            "revoke", help="Revoke a key and end the open sessions it started."
+        )
         revoke.add_argument(
             "key",
             metavar="PREFIX_OR_KEY",
@@ -337,11 +339,11 @@ class Command(BaseCommand):
     def do_key_revoke(self, options: dict[str, Any]) -> None:
         key: ProjectKey = services.key_find(options["key"])
         was_active = key.is_active
-        key = services.key_revoke(key, actor=operator_name())
+        ended = services.key_revoke(key, actor=operator_name())
         if was_active:
             self.say(
-                f"Revoked project key {key.display_prefix} of project {key.project.slug}. "
-                "Sessions it already started keep working until they end."
+                f"Revoked project key {key.display_prefix} of project {key.project.slug} "
+                f"and ended the {ended} open session(s) it started."
             )
         else:
             self.say(
