@@ -42,6 +42,7 @@ from mailbox.models import (
 )
 from mailbox.services.audit import audit_record
 from mailbox.services.notes import notes_unbind
+from mailbox.signals import optin_revoked
 
 _SLUG_RE = re.compile(limits.SLUG_PATTERN)
 _HANDLE_RE = re.compile(limits.HANDLE_PATTERN)
@@ -308,7 +309,21 @@ def optin_revoke(project: Project, *, source: Project, actor: str, reason: str =
     """``project`` stops accepting ``source``; raises ``optin_not_found``.
 
     Threads already started keep working where their participants have
-    written (SPEC §3.2); new threads and joins are refused from now on.
+    written (SPEC §3.2); new threads and joins are refused from now on. Unless
+    ``project`` still accepts every project (``accept_all_projects``),
+    ``source``'s agents leave every room of ``project`` they were in, in this
+    same transaction: the ``optin_revoked`` signal (``mailbox.signals``)
+    announces the revocation and ``rooms`` reacts (a lower floor may not
+    import the upper one). The rooms side locks every room of ``project``
+    before it looks for members, which closes the race with a join (see
+    ``rooms.services.members_remove_for_revoked_optin``).
+
+    Turning ``accept_all_projects`` off (``project_update``) removes no one:
+    agents who joined under it stay members until an operator removes them;
+    new joins are refused from then on.
+
+    Not durable: the admin revokes inside its own save transaction
+    (``changeform_view``, ``delete_view``).
     """
     with transaction.atomic():
         deleted, _ = CrossProjectOptIn.objects.filter(project=project, source=source).delete()
@@ -321,6 +336,8 @@ def optin_revoke(project: Project, *, source: Project, actor: str, reason: str =
             target=f"{project.slug} accepts {source.slug}",
             reason=reason,
         )
+        # Inside the transaction: the removals commit or roll back with it.
+        optin_revoked.send(sender=CrossProjectOptIn, project=project, source=source, actor=actor)
 
 
 # --- bootstrap ------------------------------------------------------------------------

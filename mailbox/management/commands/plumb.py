@@ -366,7 +366,12 @@ class Command(BaseCommand):
         source = services.project_get(options["source"])
         services.optin_revoke(project, source=source, actor=operator_name())
         self.say(f"Project {project.slug} no longer has an opt-in for {source.slug}.")
-        if project.accept_all_projects:
+        if not project.accept_all_projects:
+            self.say(
+                f"Agents of {source.slug} were removed from every room of {project.slug} "
+                'they were in (reason "opt-in revoked").'
+            )
+        else:
             # Surprising otherwise: the revoke succeeded but traffic still flows.
             self.say(
                 f"Note: {project.slug} has accept_all_projects on, so it still accepts "
