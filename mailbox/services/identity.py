@@ -243,8 +243,11 @@ def key_revoke(key: ProjectKey, *, actor: str, reason: str = "") -> int:
     snapshot) sees the new session and ends it; or this UPDATE holds it, and
     the start waits and then reads the revoked row and refuses. On SQLite
     the two IMMEDIATE transactions run one after the other, to the same end.
-    Durable: wrapped in a caller's transaction, the key lock and the ended
-    sessions would wait on work this function cannot see.
+    Locks the key row, then the sessions' rows: the order ``session_start``
+    takes them in, so the two cannot deadlock. Durable: its callers (the
+    admin action, the command) never wrap it, and a wrapping transaction
+    would hold the key lock, and with it every start with this key, for work
+    this function cannot see.
     """
     with transaction.atomic(durable=True):
         now = timezone.now()
