@@ -7,7 +7,9 @@ it imports ``common`` and libraries only, never ``rooms`` and never
 * ``models``, ``services/`` (every state change), ``selectors`` (reads that
   apply visibility), ``errors``, ``credentials`` (key and token hashing),
   ``wakeups`` (long-poll wake-ups), ``representation`` (the JSON of notes,
-  sessions and threads) and ``transcripts`` (conversation pages for staff);
+  sessions and threads), ``transcripts`` (conversation pages for staff) and
+  ``signals`` (what it announces to the floor above: ``optin_revoked``,
+  which ``rooms`` answers, since ``mailbox`` may not call into it);
 * ``api/``: session authentication, throttles, the base API view and the
   one response envelope (``notes`` + ``schema_stale``), which ``rooms.api``
   and the MCP door build on, then the mailbox's own endpoints;

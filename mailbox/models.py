@@ -141,17 +141,42 @@ class SessionQuerySet(models.QuerySet):
 
 
 class Session(models.Model):
+    class EndReason(models.TextChoices):
+        ENDED = "ended", "ended by its agent or an operator"
+        EXPIRED = "expired", "expired, replaced by a new session of its name"
+        KEY_REVOKED = "key_revoked", "its project key was revoked"
+
     public_id = models.CharField(
         max_length=32, unique=True, default=session_public_id, editable=False
     )
     name = models.ForeignKey(AgentName, on_delete=models.CASCADE, related_name="sessions")
     # Denormalised from the name: "next" delivery filters sessions by workspace.
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="sessions")
+    # The key that started it: revoking the key ends it (SPEC §5). SET_NULL,
+    # not PROTECT: plumb never deletes a key (revoking keeps the row, the
+    # admin refuses deletion), so a key row only goes with its project, whose
+    # workspaces and sessions go in the same cascade; PROTECT would refuse
+    # that deletion, since it refuses even rows the cascade deletes too. Null
+    # also for sessions started before keys were recorded.
+    project_key = models.ForeignKey(
+        ProjectKey,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="sessions",
+    )
     token_prefix = models.CharField(max_length=8, unique=True, editable=False)
     token_hash = models.CharField(max_length=limits.CREDENTIAL_HASH_LENGTH, editable=False)
     started_at = models.DateTimeField(default=timezone.now, editable=False)
     last_seen_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # Why it ended, so its token can say so (401 key_revoked rather than
+    # session_ended); "" while it is open and for sessions ended before
+    # reasons were recorded.
+    end_reason = models.CharField(
+        max_length=16, choices=EndReason.choices, blank=True, default="", editable=False
+    )
     # The highest note id committed when this session started. A "next" note
     # is for this session only if its id is at most this: ids come from the
     # database, so the rule does not depend on server clocks agreeing.

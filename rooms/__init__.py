@@ -6,8 +6,9 @@ names, opt-ins, the audit trail), never ``plumb_site``.
 * ``models``, ``services/`` (a stream core that locks a room and appends an
   event, then membership, sending, reading, reviews and moderation),
   ``selectors``, ``errors``, ``mentions`` (pure text rules for ``@handle``),
-  ``representation`` (the JSON of events, messages and rooms) and
-  ``transcripts`` (room pages for staff);
+  ``representation`` (the JSON of events, messages and rooms),
+  ``transcripts`` (room pages for staff) and ``receivers`` (its answers to
+  ``mailbox.signals``, connected in ``apps.py``);
 * ``api/`` builds on ``mailbox.api``; ``admin/`` on ``common.admin``.
 
 Only URL confs, ``plumb_site`` and tests import ``rooms.api`` and ``rooms.admin``.

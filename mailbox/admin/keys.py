@@ -136,8 +136,12 @@ class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
 
     @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ProjectKey]) -> None:
-        revoked = 0
+        revoked = ended = 0
         for key in queryset.filter(revoked_at__isnull=True):
-            services.key_revoke(key, actor=admin_actor(request))
+            ended += services.key_revoke(key, actor=admin_actor(request))
             revoked += 1
-        self.message_user(request, f"Revoked {revoked} key(s).", messages.SUCCESS)
+        self.message_user(
+            request,
+            f"Revoked {revoked} key(s) and ended the {ended} open session(s) they started.",
+            messages.SUCCESS,
+        )

@@ -96,6 +96,7 @@ class SessionAdmin(admin.ModelAdmin):
         "started_at",
         "last_seen_at",
         "ended_at",
+        "end_reason",
         "connected",
     )
     list_filter = (ConnectedFilter, WorkspaceProjectFilter)
@@ -111,6 +112,8 @@ class SessionAdmin(admin.ModelAdmin):
         "started_at",
         "last_seen_at",
         "ended_at",
+        "end_reason",
+        "project_key",
         "connected",
     )
     readonly_fields = fields
@@ -132,8 +135,12 @@ class SessionAdmin(admin.ModelAdmin):
         return obj.is_connected(timezone.now())
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Session]:
-        # The change page renders the name and workspace (with its project) too.
-        return super().get_queryset(request).select_related("name", "workspace__project")
+        # The change page renders the name, workspace (with its project) and key too.
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("name", "workspace__project", "project_key")
+        )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

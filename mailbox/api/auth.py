@@ -87,6 +87,12 @@ class SessionTokenAuthentication(authentication.BaseAuthentication):
         if session is None or not credentials.matches(parsed.raw, session.token_hash):
             raise _fail("invalid_token", "The session token is not known.")
         if session.ended_at is not None:
+            # The reason is a column of the row already read: still one query.
+            if session.end_reason == Session.EndReason.KEY_REVOKED:
+                raise _fail(
+                    "key_revoked",
+                    "The project key that started this session has been revoked.",
+                )
             raise _fail("session_ended", "This session has ended; start a new one.")
         now = timezone.now()
         if not session.is_connected(now):

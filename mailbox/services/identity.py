@@ -18,11 +18,13 @@ from django.utils import timezone
 
 from common import limits
 from common.errors import ValidationFailed
+from common.pause import pause_point
 from mailbox import credentials
 from mailbox.errors import (
     AlreadyExists,
     InvalidName,
     KeyNotFound,
+    KeyRevoked,
     NameInUse,
     NameTaken,
     OptInNotFound,
@@ -40,6 +42,7 @@ from mailbox.models import (
 )
 from mailbox.services.audit import audit_record
 from mailbox.services.notes import notes_unbind
+from mailbox.signals import optin_revoked
 
 _SLUG_RE = re.compile(limits.SLUG_PATTERN)
 _HANDLE_RE = re.compile(limits.HANDLE_PATTERN)
@@ -221,25 +224,54 @@ def key_find(prefix_or_key: str) -> ProjectKey:
     return key
 
 
-def key_revoke(key: ProjectKey, *, actor: str, reason: str = "") -> ProjectKey:
-    """Revoke a key; sessions it already started live on (they have their own tokens).
+def key_revoke(key: ProjectKey, *, actor: str, reason: str = "") -> int:
+    """Revoke a key and end every open session it started; returns how many it ended.
 
-    Revoking a revoked key changes nothing and records nothing.
+    The key stops starting sessions (``401 key_revoked``), the tokens of the
+    sessions it started answer ``401 key_revoked`` from the moment this
+    commits, and their undelivered bound notes fall back to their names
+    (``_sessions_end``). One transaction, with one audit record that says how
+    many sessions ended. ``key`` is refreshed (``revoked_at``). Revoking a
+    revoked key changes nothing, records nothing and returns 0.
+
+    Race with ``session_start`` (a session started with this key while it is
+    being revoked must not stay open): the UPDATE below takes the key row's
+    lock first, and ``session_start`` locks the same row and checks
+    ``revoked_at`` inside its own transaction. On PostgreSQL (READ COMMITTED)
+    either the start holds the lock and this UPDATE waits until the start
+    commits, after which the ending statement (a new statement, so a fresh
+    snapshot) sees the new session and ends it; or this UPDATE holds it, and
+    the start waits and then reads the revoked row and refuses. On SQLite
+    the two IMMEDIATE transactions run one after the other, to the same end.
+    Locks the key row, then the sessions' rows: the order ``session_start``
+    takes them in, so the two cannot deadlock. Durable: its callers (the
+    admin action, the command) never wrap it, and a wrapping transaction
+    would hold the key lock, and with it every start with this key, for work
+    this function cannot see.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
+        now = timezone.now()
         revoked = ProjectKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(
-            revoked_at=timezone.now()
+            revoked_at=now
         )
+        ended = 0
         if revoked:
+            pause_point("key.revoked")
+            open_ids = list(
+                Session.objects.filter(project_key=key, ended_at__isnull=True).values_list(
+                    "pk", flat=True
+                )
+            )
+            ended = _sessions_end(open_ids, now=now, reason=Session.EndReason.KEY_REVOKED)
             audit_record(
                 actor=actor,
                 action="key.revoke",
                 project=key.project,
-                target=key.display_prefix,
+                target=f"{key.display_prefix} ({ended} session(s) ended)",
                 reason=reason,
             )
     key.refresh_from_db(fields=["revoked_at"])
-    return key
+    return ended
 
 
 # --- cross-project opt-ins -------------------------------------------------------
@@ -280,7 +312,21 @@ def optin_revoke(project: Project, *, source: Project, actor: str, reason: str =
     """``project`` stops accepting ``source``; raises ``optin_not_found``.
 
     Threads already started keep working where their participants have
-    written (SPEC §3.2); new threads and joins are refused from now on.
+    written (SPEC §3.2); new threads and joins are refused from now on. Unless
+    ``project`` still accepts every project (``accept_all_projects``),
+    ``source``'s agents leave every room of ``project`` they were in, in this
+    same transaction: the ``optin_revoked`` signal (``mailbox.signals``)
+    announces the revocation and ``rooms`` reacts (a lower floor may not
+    import the upper one). The rooms side locks every room of ``project``
+    before it looks for members, which closes the race with a join (see
+    ``rooms.services.members_remove_for_revoked_optin``).
+
+    Turning ``accept_all_projects`` off (``project_update``) removes no one:
+    agents who joined under it stay members until an operator removes them;
+    new joins are refused from then on.
+
+    Not durable: the admin revokes inside its own save transaction
+    (``changeform_view``, ``delete_view``).
     """
     with transaction.atomic():
         deleted, _ = CrossProjectOptIn.objects.filter(project=project, source=source).delete()
@@ -293,6 +339,8 @@ def optin_revoke(project: Project, *, source: Project, actor: str, reason: str =
             target=f"{project.slug} accepts {source.slug}",
             reason=reason,
         )
+        # Inside the transaction: the removals commit or roll back with it.
+        optin_revoked.send(sender=CrossProjectOptIn, project=project, source=source, actor=actor)
 
 
 # --- bootstrap ------------------------------------------------------------------------
@@ -373,12 +421,22 @@ class StartedSession:
 def session_start(
     project_key: ProjectKey, *, workspace_slug: str, name: str | None = None
 ) -> StartedSession:
-    """Attach a new session to a workspace under a name.
+    """Attach a new session to a workspace under a name; it records ``project_key``.
 
     Raises ``workspace_not_found``, ``validation_error`` (malformed name),
-    ``name_taken`` (bound to another workspace) and ``name_in_use`` (held by a
-    connected session). Stale sessions of the name are ended here, so that
-    the partial unique index on open sessions stays satisfiable.
+    ``name_taken`` (bound to another workspace), ``name_in_use`` (held by a
+    connected session) and ``key_revoked`` (``project_key`` was revoked, even
+    after the caller's authentication read it). Stale sessions of the name
+    are ended here, so that the partial unique index on open sessions stays
+    satisfiable.
+
+    Locks the key row, then the name row, then the name's open sessions.
+    The key lock is what orders a start against ``key_revoke`` (see there):
+    the start either commits before the revocation's ending statement runs,
+    and is ended by it, or reads the revoked key and refuses. Starts with one
+    key therefore queue on PostgreSQL for the few milliseconds of each
+    other's transaction (the per-key rate limit bounds how many there are).
+    Each attempt is a transaction of its own, which no caller may wrap.
     """
     workspace = (
         Workspace.objects.select_related("project")
@@ -388,36 +446,41 @@ def session_start(
     if workspace is None:
         raise WorkspaceNotFound(f"No workspace {workspace_slug!r} in this project.")
     if name is not None:
-        return _start_named(workspace, _check_handle(name))
+        return _start_named(project_key, workspace, _check_handle(name))
     # A generated name only needs to be free; on the rare clash draw another.
     for _ in range(20):
         try:
-            return _start_named(workspace, _generated_handle(), fresh_only=True)
+            return _start_named(project_key, workspace, _generated_handle(), fresh_only=True)
         except (NameInUse, NameTaken):
             continue
     raise NameInUse("Could not generate a free name; pass one explicitly.")
 
 
-def _start_named(workspace: Workspace, handle: str, *, fresh_only: bool = False) -> StartedSession:
+def _start_named(
+    project_key: ProjectKey, workspace: Workspace, handle: str, *, fresh_only: bool = False
+) -> StartedSession:
     try:
-        return _try_start_named(workspace, handle, fresh_only=fresh_only)
+        return _try_start_named(project_key, workspace, handle, fresh_only=fresh_only)
     except IntegrityError:
         # A racing start created the name or an open session first (possible on
         # PostgreSQL, where nothing locks a row that does not exist yet). Once
         # more, now that its row is visible, yields the accurate refusal.
         pass
     try:
-        return _try_start_named(workspace, handle, fresh_only=fresh_only)
+        return _try_start_named(project_key, workspace, handle, fresh_only=fresh_only)
     except IntegrityError:
         raise NameInUse(f"The name {handle!r} is held by a connected session.") from None
 
 
-def _try_start_named(workspace: Workspace, handle: str, *, fresh_only: bool) -> StartedSession:
+def _try_start_named(
+    project_key: ProjectKey, workspace: Workspace, handle: str, *, fresh_only: bool
+) -> StartedSession:
     # One transaction per claim: on SQLite the IMMEDIATE transaction
     # serialises racing starts; on PostgreSQL the row lock on the name does,
     # and the partial unique index catches whatever slips past both.
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         now = timezone.now()  # read inside: BEGIN IMMEDIATE may have waited
+        _lock_active_key(project_key)
         agent_name, created = _claim_name(workspace, handle)
         if not created and fresh_only:
             raise NameTaken()
@@ -429,20 +492,41 @@ def _try_start_named(workspace: Workspace, handle: str, *, fresh_only: bool) -> 
         if any(s.is_connected(now) for s in open_sessions):
             raise NameInUse(f"The name {handle!r} is held by a connected session.")
         if open_sessions:
-            _sessions_end([s.pk for s in open_sessions], now=now)
+            _sessions_end([s.pk for s in open_sessions], now=now, reason=Session.EndReason.EXPIRED)
         token = credentials.generate(credentials.SESSION_TOKEN)
         watermark = Note.objects.aggregate(highest=Max("id"))["highest"] or 0
         session = Session.objects.create(
             name=agent_name,
             workspace=workspace,
+            project_key=project_key,
             token_prefix=token.prefix,
             token_hash=token.digest,
             started_at=now,
             last_seen_at=now,
             notes_watermark=watermark,
         )
+        pause_point("session.started")
     session.workspace = workspace
     return StartedSession(session=session, token=token.raw)
+
+
+def _lock_active_key(project_key: ProjectKey) -> None:
+    """Lock the key row until the start commits; ``key_revoked`` if it is revoked.
+
+    Read inside the transaction, after the lock: the caller's copy of the key
+    (from authentication) may predate a revocation that committed since.
+    The session's foreign key alone would not do: on PostgreSQL inserting it
+    takes only a KEY SHARE lock on the key row, which the revocation's
+    UPDATE of ``revoked_at`` does not wait for.
+    """
+    revoked_at = (
+        ProjectKey.objects.select_for_update()
+        .filter(pk=project_key.pk)
+        .values_list("revoked_at", flat=True)
+        .first()
+    )
+    if revoked_at is not None:
+        raise KeyRevoked()
 
 
 def _claim_name(workspace: Workspace, handle: str) -> tuple[AgentName, bool]:
@@ -457,20 +541,24 @@ def session_end(session: Session) -> Session:
     """End a session; its token stops working. Ending twice changes nothing."""
     if session.ended_at is None:
         with transaction.atomic():
-            _sessions_end([session.pk], now=timezone.now())
-        session.refresh_from_db(fields=["ended_at"])
+            _sessions_end([session.pk], now=timezone.now(), reason=Session.EndReason.ENDED)
+        session.refresh_from_db(fields=["ended_at", "end_reason"])
     return session
 
 
-def _sessions_end(session_ids: list[int], *, now: datetime) -> None:
-    """End sessions and let their undelivered bound notes fall back to the name.
+def _sessions_end(session_ids: list[int], *, now: datetime, reason: str) -> int:
+    """End sessions, recording why, and let their undelivered bound notes fall back
+    to the name. Returns how many were still open and are now ended.
 
     Two statements, in this order: the UPDATE waits for any note being bound
     to one of these sessions (``note_leave`` locks the session row), and the
     unbinding starts after it, so under READ COMMITTED it sees that note.
     """
-    Session.objects.filter(pk__in=session_ids, ended_at__isnull=True).update(ended_at=now)
+    ended = Session.objects.filter(pk__in=session_ids, ended_at__isnull=True).update(
+        ended_at=now, end_reason=reason
+    )
     notes_unbind(session_ids)
+    return ended
 
 
 def session_touch(session: Session, *, now: datetime | None = None) -> None:

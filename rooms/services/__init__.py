@@ -6,14 +6,17 @@
 - ``sending``: post a message.
 - ``reading``: read positions and reading events.
 - ``reviews``: review a message.
-- ``moderation``: hide messages, mute and remove members, lock rooms.
+- ``moderation``: hide messages, mute and remove members, lock rooms; remove
+  another project's members when an opt-in is revoked.
 """
 
 from rooms.services.membership import Joined, room_create, room_join, room_leave
 from rooms.services.moderation import (
+    OPTIN_REVOKED_REASON,
     member_mute,
     member_remove,
     member_unmute,
+    members_remove_for_revoked_optin,
     message_hide,
     message_unhide,
     room_lock,
@@ -24,6 +27,7 @@ from rooms.services.reviews import review_add
 from rooms.services.sending import MessageSent, message_send
 
 __all__ = [
+    "OPTIN_REVOKED_REASON",
     "EventsRead",
     "Joined",
     "MessageSent",
@@ -31,6 +35,7 @@ __all__ = [
     "member_mute",
     "member_remove",
     "member_unmute",
+    "members_remove_for_revoked_optin",
     "message_hide",
     "message_send",
     "message_unhide",

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from common import limits
 from common.errors import ValidationFailed
+from common.pause import pause_point
 from mailbox.errors import CrossProjectRefused
 from mailbox.models import AgentName, Session
 from mailbox.selectors import optin_allows
@@ -91,6 +92,15 @@ def room_join(session: Session, slug: str, *, display_name: str | None = None) -
     A room of another project may be joined only if that project opted in to
     the caller's. Raises ``room_not_found``, ``cross_project_refused`` and
     ``validation_error``.
+
+    The opt-in is checked under the room row lock, which an opt-in's
+    revocation takes too, on every room of the project, before it looks for
+    members to remove (``members_remove_for_revoked_optin``). On PostgreSQL
+    a join that holds the lock commits first and its member is then found
+    and removed; a join that waited for the revocation reads the opt-in
+    afterwards (the check is a new statement, so READ COMMITTED shows the
+    deletion) and is refused. On SQLite the two transactions run one after
+    the other, to the same end.
     """
     if display_name is not None:
         display_name = display_name_check(display_name)
@@ -109,6 +119,7 @@ def room_join(session: Session, slug: str, *, display_name: str | None = None) -
             display_name = member.display_name if member is not None else ""
         event = _join(room, session.name, display_name=display_name, now=timezone.now())
         member = Member.objects.get(room=room, name=session.name)
+        pause_point("room.joined")
     return Joined(room=room, member=member, event=event)
 
 

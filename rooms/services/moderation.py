@@ -12,9 +12,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.pause import pause_point
+from mailbox.models import Project
+from mailbox.selectors import optin_allows
 from mailbox.services.audit import audit_record, reason_check
 from rooms.models import Event, Member, Message, Room
 from rooms.services.stream import append_event, lock_room
+
+OPTIN_REVOKED_REASON = "opt-in revoked"
 
 
 def _moderate(
@@ -105,6 +109,70 @@ def member_remove(member: Member, *, actor: str, reason: str) -> Event | None:
         update={"left_at": timezone.now()},
         when={"left_at__isnull": True},
     )
+
+
+def members_remove_for_revoked_optin(project: Project, *, source: Project, actor: str) -> int:
+    """Remove ``source``'s agents from every room of ``project`` that no longer accepts them.
+
+    Run by ``optin_revoke`` (through the ``optin_revoked`` signal) inside its
+    transaction, after the opt-in row is deleted. If ``project`` still
+    accepts ``source`` (``accept_all_projects``; the same ``optin_allows``
+    rule as ``room_join``), nothing changes. Otherwise each current member
+    whose name belongs to ``source`` leaves (``left_at``), and its room gets a
+    ``moderation`` event, action ``remove``, reason "opt-in revoked", as if
+    an operator had removed it: later sends and reads answer
+    ``403 not_a_member``. One audit record per removal (``room.remove``,
+    under the revoking operator), so each room's trail shows its own; the
+    revocation has its record too. Returns how many members were removed.
+
+    Race with ``room_join``: every room of ``project`` is locked first
+    (``select_for_update``, in id order, so that two revocations for one
+    project take the locks in the same order and cannot deadlock; joins,
+    sends and moderation lock one room each), then the members are read.
+    On PostgreSQL (READ COMMITTED) a join holding a room's lock makes this
+    wait until it commits, and the members query, a statement run after the
+    lock was granted, sees its member; a join that comes later waits for
+    these locks and then reads the opt-in as deleted. All rooms,
+    not only those with members of ``source`` now: any room may be in the
+    middle of a join. On SQLite the IMMEDIATE transaction already runs
+    alone; the locks are ignored there.
+    """
+    with transaction.atomic():
+        rooms = {
+            room.pk: room
+            for room in Room.objects.select_for_update(of=("self",))
+            .select_related("project")
+            .filter(project=project)
+            .order_by("id")
+        }
+        pause_point("optin.rooms_locked")
+        # Read again under the locks: the caller's copy may predate a change.
+        if not rooms or optin_allows(Project.objects.get(pk=project.pk), source=source):
+            return 0
+        members = (
+            Member.objects.filter(
+                room_id__in=list(rooms), left_at__isnull=True, name__workspace__project=source
+            )
+            .select_related("name")
+            .order_by("room_id", "id")
+        )
+        now = timezone.now()
+        removed = 0
+        for member in members:
+            # Conditional, like every moderation change; under the lock it always applies.
+            if not Member.objects.filter(pk=member.pk, left_at__isnull=True).update(left_at=now):
+                continue
+            handle = member.name.handle
+            _moderate(
+                rooms[member.room_id],
+                action="remove",
+                actor=actor,
+                reason=OPTIN_REVOKED_REASON,
+                target=f"member {handle}",
+                member=handle,
+            )
+            removed += 1
+        return removed
 
 
 def _member_change(member: Member, **change) -> Event | None:

@@ -437,7 +437,8 @@ def test_revoke_action_revokes_and_the_key_stops_starting_sessions(admin_client,
 
 def test_key_status_filter(admin_client, project):
     active = ProjectKeyFactory(project=project)
-    revoked = services.key_revoke(ProjectKeyFactory(project=project), actor="test")
+    revoked = ProjectKeyFactory(project=project)
+    services.key_revoke(revoked, actor="test")
     for value, expected in [("active", active), ("revoked", revoked)]:
         response = admin_client.get(url("projectkey", "changelist"), {"status": value})
         assert list(response.context["cl"].result_list) == [expected]
@@ -605,7 +606,7 @@ def test_key_revoked_in_the_admin_is_audited_under_the_operator(admin_client, pr
     assert (record.actor, record.project, record.target) == (
         "admin:admin",
         project_key.project,
-        project_key.display_prefix,
+        f"{project_key.display_prefix} (0 session(s) ended)",
     )
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 
 from mailbox import services
-from mailbox.errors import ConversationExhausted
-from mailbox.models import Note, Session
+from mailbox.errors import ConversationExhausted, KeyRevoked
+from mailbox.models import Note, ProjectKey, Session
+from tests.conftest import assert_error, client_for
 from tests.factories import ProjectKeyFactory, SessionFactory, WorkspaceFactory
 from tests.races import race
 
@@ -91,3 +92,45 @@ def test_two_retries_racing_with_one_idempotency_key_store_one_note(workspace):
     assert one.note.public_id == two.note.public_id
     assert (one.replayed, two.replayed) == (False, True)
     assert Note.objects.filter(sender_name__handle="alice").count() == 1
+
+
+# --- session start vs key revoke --------------------------------------------------------
+
+
+def test_a_session_started_while_its_key_is_revoked_is_ended_by_the_revocation(workspace):
+    key = ProjectKeyFactory(project=workspace.project)
+    first, second, state = race(
+        "session.started",
+        lambda: services.session_start(key, workspace_slug="races", name="alice"),
+        lambda: services.key_revoke(ProjectKey.objects.get(pk=key.pk), actor="test"),
+    )
+    started, ended = first.outcome(), second.outcome()
+    # The revocation waited for the start that held the key row...
+    assert state == "blocked"
+    # ...and then saw its session and ended it.
+    assert ended == 1
+    session = Session.objects.get(pk=started.session.pk)
+    assert session.ended_at is not None
+    assert session.end_reason == Session.EndReason.KEY_REVOKED
+    started.session.raw_token = started.token
+    response = client_for(started.session).get("/api/v1/sessions/current/")
+    assert_error(response, 401, "key_revoked")
+    assert not Session.objects.filter(ended_at__isnull=True).exists()
+
+
+def test_a_session_start_that_waited_for_a_revocation_is_refused(workspace):
+    key = ProjectKeyFactory(project=workspace.project)
+    as_authenticated = ProjectKey.objects.get(pk=key.pk)  # read before the revocation
+    first, second, state = race(
+        "key.revoked",
+        lambda: services.key_revoke(key, actor="test"),
+        lambda: services.session_start(as_authenticated, workspace_slug="races", name="alice"),
+    )
+    assert first.outcome() == 0
+    # The start waited for the revocation that held the key row, then refused.
+    assert state == "blocked"
+    with pytest.raises(KeyRevoked) as refused:
+        second.outcome()
+    assert (refused.value.status, refused.value.code) == (401, "key_revoked")
+    assert not Session.objects.filter(ended_at__isnull=True).exists()
+    assert not Session.objects.exists()

@@ -706,7 +706,7 @@ def test_key_and_optin_changes_from_the_command_line_are_audited(monkeypatch):
     )
     assert records == [
         ("cli:ops", "key.create", "acme", key.display_prefix, "ci"),
-        ("cli:ops", "key.revoke", "acme", key.display_prefix, ""),
+        ("cli:ops", "key.revoke", "acme", f"{key.display_prefix} (0 session(s) ended)", ""),
         ("cli:ops", "optin.grant", "acme", "acme accepts vendor", "joint incident"),
         ("cli:ops", "optin.revoke", "acme", "acme accepts vendor", ""),
     ]

@@ -473,6 +473,21 @@ def test_a_revoked_key_is_refused(headers, project_key):
     assert not Session.objects.exists()
 
 
+def test_an_implicit_session_records_its_key_and_ends_with_it(headers, project_key):
+    started = call("session_start", {}, headers).json()["result"]["structuredContent"]
+    session = Session.objects.get(public_id=started["session"]["id"])
+    assert session.project_key_id == project_key.pk
+
+    assert key_revoke(project_key, actor="test") == 1
+
+    # Its token is refused with the reason, on MCP as on REST.
+    response = call("list_rooms", {}, {"Authorization": f"Bearer {started['token']}"})
+    assert response.status_code == 401
+    assert error_of(response)["data"]["error"]["code"] == "key_revoked"
+    session.refresh_from_db()
+    assert (session.ended_at is not None, session.end_reason) == (True, "key_revoked")
+
+
 def test_a_session_token_acts_as_that_session(agent_session):
     headers = {"Authorization": f"Bearer {agent_session.raw_token}"}
 

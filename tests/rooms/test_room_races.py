@@ -10,10 +10,14 @@ from __future__ import annotations
 import pytest
 
 from common.errors import PlumbError
+from mailbox import services as mailbox_services
+from mailbox.errors import CrossProjectRefused
+from mailbox.models import CrossProjectOptIn
 from rooms import services
 from rooms.errors import UnreadMessages
-from rooms.models import Member, Message
-from tests.factories import SessionFactory, WorkspaceFactory
+from rooms.models import Event, Member, Message
+from tests.conftest import assert_error, client_for
+from tests.factories import OptInFactory, ProjectFactory, SessionFactory, WorkspaceFactory
 from tests.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -130,3 +134,59 @@ def test_two_retries_racing_with_one_idempotency_key_store_one_message(room_of_t
     assert one.message.public_id == two.message.public_id
     assert (one.replayed, two.replayed) == (False, True)
     assert Message.objects.filter(room__slug="race").count() == 1
+
+
+# --- join vs opt-in revoke ----------------------------------------------------------------
+
+
+@pytest.fixture
+def guest_and_room():
+    """Project q opted in to p; q has two rooms; p's pete is about to join one."""
+    q, p = ProjectFactory(slug="q"), ProjectFactory(slug="p")
+    quinn = SessionFactory(workspace=WorkspaceFactory(project=q, slug="qw"), name="quinn")
+    pete = SessionFactory(workspace=WorkspaceFactory(project=p, slug="pw"), name="pete")
+    OptInFactory(project=q, source=p)
+    services.room_create(quinn, slug="lobby")
+    services.room_create(quinn, slug="race")
+    return q, p, pete
+
+
+def test_a_join_committed_while_the_optin_was_revoked_is_removed(guest_and_room):
+    q, p, pete = guest_and_room
+    first, second, state = race(
+        "room.joined",
+        lambda: services.room_join(pete, "race"),
+        lambda: mailbox_services.optin_revoke(q, source=p, actor="test"),
+    )
+    joined = first.outcome()
+    second.outcome()
+    assert joined.event is not None
+    # The revocation waited for the room the join held, then saw the member.
+    assert state == "blocked"
+    member = Member.objects.get(room__slug="race", name__handle="pete")
+    assert member.left_at is not None
+    removal = Event.objects.filter(room__slug="race", kind="moderation").get()
+    assert removal.data == {"action": "remove", "reason": "opt-in revoked", "member": "pete"}
+    assert removal.seq == joined.event.seq + 1
+    sent = client_for(pete).post("/api/v1/rooms/race/messages/", {"body": "hi"})
+    assert_error(sent, 403, "not_a_member")
+    assert not CrossProjectOptIn.objects.exists()
+
+
+def test_a_join_that_waited_for_the_revocation_is_refused(guest_and_room):
+    q, p, pete = guest_and_room
+    first, second, state = race(
+        "optin.rooms_locked",
+        lambda: mailbox_services.optin_revoke(q, source=p, actor="test"),
+        lambda: services.room_join(pete, "race"),
+    )
+    first.outcome()
+    # The join waited for the room the revocation had locked, then read the opt-in gone.
+    assert state == "blocked"
+    with pytest.raises(CrossProjectRefused) as refused:
+        second.outcome()
+    assert (refused.value.status, refused.value.code) == (403, "cross_project_refused")
+    assert not Member.objects.filter(room__slug="race", name__handle="pete").exists()
+    # Nothing entered the room's stream but its creation.
+    events = Event.objects.filter(room__slug="race").order_by("seq")
+    assert list(events.values_list("kind", "actor__handle")) == [("join", "quinn")]

@@ -198,7 +198,9 @@ class Command(BaseCommand):
         listing.add_argument("project", nargs="?", help="Only this project's keys.")
         listing.set_defaults(handler="key_list")
 
-        revoke = actions.add_parser("revoke", help="Revoke a key.")
+        revoke = actions.add_parser(
+            "revoke", help="Revoke a key and end the open sessions it started."
+        )
         revoke.add_argument(
             "key",
             metavar="PREFIX_OR_KEY",
@@ -337,11 +339,11 @@ class Command(BaseCommand):
     def do_key_revoke(self, options: dict[str, Any]) -> None:
         key: ProjectKey = services.key_find(options["key"])
         was_active = key.is_active
-        key = services.key_revoke(key, actor=operator_name())
+        ended = services.key_revoke(key, actor=operator_name())
         if was_active:
             self.say(
-                f"Revoked project key {key.display_prefix} of project {key.project.slug}. "
-                "Sessions it already started keep working until they end."
+                f"Revoked project key {key.display_prefix} of project {key.project.slug} "
+                f"and ended the {ended} open session(s) it started."
             )
         else:
             self.say(
@@ -364,7 +366,12 @@ class Command(BaseCommand):
         source = services.project_get(options["source"])
         services.optin_revoke(project, source=source, actor=operator_name())
         self.say(f"Project {project.slug} no longer has an opt-in for {source.slug}.")
-        if project.accept_all_projects:
+        if not project.accept_all_projects:
+            self.say(
+                f"Agents of {source.slug} were removed from every room of {project.slug} "
+                'they were in (reason "opt-in revoked").'
+            )
+        else:
             # Surprising otherwise: the revoke succeeded but traffic still flows.
             self.say(
                 f"Note: {project.slug} has accept_all_projects on, so it still accepts "
