@@ -352,14 +352,31 @@ _ANIMALS = (  # noqa: SIM905 - a word list reads better as prose
 
 
 def _generated_handle() -> str:
-    return f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_ANIMALS)}-{secrets.randbelow(90) + 10}"
+    """A readable name; never a reserved one, which no session may hold."""
+    while True:
+        handle = (
+            f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_ANIMALS)}-{secrets.randbelow(90) + 10}"
+        )
+        if handle not in limits.RESERVED_NAMES:
+            return handle
 
 
-def _check_handle(name: str) -> str:
+def handle_check(name: object, *, field: str = "name") -> str:
+    """A name a session may claim; raises ``validation_error`` under ``field``.
+
+    Every door that claims a name (REST and MCP session starts, the MCP
+    ``Plumb-Name`` header, the admin) checks it here, so ``next`` is refused
+    everywhere alike.
+    """
     if not isinstance(name, str) or not _HANDLE_RE.match(name):
         raise InvalidName(
-            f"name: {limits.HANDLE_MESSAGE}",
-            details={"name": [limits.HANDLE_MESSAGE]},
+            f"{field}: {limits.HANDLE_MESSAGE}",
+            details={field: [limits.HANDLE_MESSAGE]},
+        )
+    if name in limits.RESERVED_NAMES:
+        raise InvalidName(
+            f"{field}: {limits.RESERVED_NAME_MESSAGE}",
+            details={field: [limits.RESERVED_NAME_MESSAGE]},
         )
     return name
 
@@ -375,7 +392,7 @@ def session_start(
 ) -> StartedSession:
     """Attach a new session to a workspace under a name.
 
-    Raises ``workspace_not_found``, ``validation_error`` (malformed name),
+    Raises ``workspace_not_found``, ``validation_error`` (malformed or reserved name),
     ``name_taken`` (bound to another workspace) and ``name_in_use`` (held by a
     connected session). Stale sessions of the name are ended here, so that
     the partial unique index on open sessions stays satisfiable.
@@ -388,7 +405,7 @@ def session_start(
     if workspace is None:
         raise WorkspaceNotFound(f"No workspace {workspace_slug!r} in this project.")
     if name is not None:
-        return _start_named(workspace, _check_handle(name))
+        return _start_named(workspace, handle_check(name))
     # A generated name only needs to be free; on the rare clash draw another.
     for _ in range(20):
         try:

@@ -478,6 +478,16 @@ def test_agent_name_can_be_reserved_for_a_workspace(admin_client, workspace):
     assert AgentName.objects.get(handle="reviewer").workspace == workspace
 
 
+def test_the_reserved_name_next_cannot_be_reserved_in_the_admin(admin_client, workspace):
+    response = admin_client.post(
+        url("agentname", "add"), {"handle": "next", "workspace": str(workspace.pk)}
+    )
+
+    assert response.status_code == 200
+    assert "handle" in response.context["adminform"].form.errors
+    assert not AgentName.objects.exists()
+
+
 # --- sessions -------------------------------------------------------------------------
 
 
