@@ -84,37 +84,75 @@ def project_create(
         raise AlreadyExists(f"Project {slug!r} already exists.") from None
 
 
+# The audit action of each setting project_update changes.
+_PROJECT_SETTING_ACTIONS = {
+    "name": "project.name",
+    "mailbox_enabled": "project.mailbox",
+    "max_exchanges": "project.max_exchanges",
+    "accept_all_projects": "project.accept_all_projects",
+}
+
+
 def project_update(
     project: Project,
     *,
+    actor: str,
     name: str | None = None,
     max_exchanges: int | None = None,
     mailbox_enabled: bool | None = None,
     accept_all_projects: bool | None = None,
 ) -> Project:
-    """Change collab settings; raises ``validation_error``.
+    """Change a project's name or collab settings; raises ``validation_error``.
 
-    Conversations keep the cap they were created with.
+    ``accept_all_projects`` is an opt-in to every project and the mailbox
+    switch decides whether the project's sessions may talk at all, so each
+    setting that changes leaves one audit record (``old → new``, by ``actor``)
+    in the transaction that changes it (SPEC §5); a setting given its current
+    value changes and records nothing. Conversations keep the cap they were
+    created with.
+
+    The old values come from the row, locked, not from ``project``: the admin
+    passes an instance its form has already changed, and two updates racing
+    must each record what they actually replaced.
     """
-    changed: list[str] = []
+    wanted: dict[str, object] = {}
     if name is not None:
-        project.name = (
+        wanted["name"] = (
             _check_text(name, field="name", limit=limits.PROJECT_NAME_MAX) or project.slug
         )
-        changed.append("name")
     if max_exchanges is not None:
         _check_max_exchanges(max_exchanges)
-        project.max_exchanges = max_exchanges
-        changed.append("max_exchanges")
+        wanted["max_exchanges"] = max_exchanges
     if mailbox_enabled is not None:
-        project.mailbox_enabled = mailbox_enabled
-        changed.append("mailbox_enabled")
+        wanted["mailbox_enabled"] = bool(mailbox_enabled)
     if accept_all_projects is not None:
-        project.accept_all_projects = accept_all_projects
-        changed.append("accept_all_projects")
-    if changed:
-        project.save(update_fields=changed)
+        wanted["accept_all_projects"] = bool(accept_all_projects)
+    with transaction.atomic():
+        # The row lock (on SQLite, the IMMEDIATE transaction's write lock) orders
+        # racing updates: each reads the value the previous one committed.
+        current = Project.objects.select_for_update().get(pk=project.pk)
+        changed = {
+            field: value for field, value in wanted.items() if getattr(current, field) != value
+        }
+        if changed:
+            Project.objects.filter(pk=current.pk).update(**changed)
+        for field, value in changed.items():
+            audit_record(
+                actor=actor,
+                action=_PROJECT_SETTING_ACTIONS[field],
+                project=current,
+                target=f"{_setting_text(getattr(current, field))} → {_setting_text(value)}",
+            )
+    for field in _PROJECT_SETTING_ACTIONS:
+        setattr(project, field, changed.get(field, getattr(current, field)))
     return project
+
+
+def _setting_text(value: object) -> str:
+    """A setting as the audit trail shows it: on/off, a number, a quoted name."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 MAX_EXCHANGES_LIMIT = 100_000

@@ -750,7 +750,7 @@ def test_a_reply_is_refused_once_the_cap_is_spent(alice, bob, project):
 def test_a_thread_keeps_the_cap_it_was_created_with(alice, bob, project):
     Project.objects.filter(pk=project.pk).update(max_exchanges=2)
     old_thread = leave(alice, body="1", to="bob").json()["conversation_id"]
-    services.project_update(Project.objects.get(pk=project.pk), max_exchanges=5)
+    services.project_update(Project.objects.get(pk=project.pk), actor="test", max_exchanges=5)
 
     reply = leave(bob, body="2", conversation_id=old_thread)
     refused = leave(alice, body="3", conversation_id=old_thread)
