@@ -8,8 +8,11 @@ from common.scrubbing import ScrubResult, scrub
 def body_prepare(body: object) -> ScrubResult:
     """Check a body and scrub its secrets; the original must go no further.
 
-    The size limit is in UTF-8 bytes (SPEC §3.2) and applies to what the
-    client sent, before redaction can shrink or grow it.
+    The size limit is in UTF-8 bytes (SPEC §3.2) and holds twice: for what the
+    client sent, and for what would be stored. Redaction markers are often
+    longer than the secret they replace, so a body under the limit can grow
+    past it when scrubbed; it is refused too, with ``details.stored_bytes``.
+    Raises ``validation_error`` and ``body_too_large``.
     """
     if not isinstance(body, str):
         raise ValidationFailed("body must be a string.", details={"body": ["Must be a string."]})
@@ -26,7 +29,18 @@ def body_prepare(body: object) -> ScrubResult:
             f"body is {size} bytes of UTF-8; the limit is {BODY_MAX_BYTES}.",
             details={"body": [f"At most {BODY_MAX_BYTES} bytes."], "size": size},
         )
-    return scrub(body)
+    scrubbed = scrub(body)
+    stored = len(scrubbed.text.encode("utf-8"))
+    if stored > BODY_MAX_BYTES:
+        raise BodyTooLarge(
+            f"body would be {stored} bytes of UTF-8 once its secrets are redacted; "
+            f"the limit is {BODY_MAX_BYTES}.",
+            details={
+                "body": [f"At most {BODY_MAX_BYTES} bytes once secrets are redacted."],
+                "stored_bytes": stored,
+            },
+        )
+    return scrubbed
 
 
 def idempotency_key_check(key: object) -> None:

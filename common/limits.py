@@ -24,6 +24,12 @@ HANDLE_MESSAGE = (
     "starting with a letter or digit."
 )
 
+# Names no session may claim: a note to "next" goes to whoever attaches to the
+# sender's workspace next (SPEC §1, §3.2), so an agent named so could never be
+# reached by name.
+RESERVED_NAMES = frozenset({"next"})
+RESERVED_NAME_MESSAGE = 'This name is reserved: "next" addresses the next session of a workspace.'
+
 # Public ids (ses_..., msg_...) as clients send them back.
 PUBLIC_ID_MAX = 64
 PUBLIC_ID_CHARS = rf"[A-Za-z0-9_-]{{1,{PUBLIC_ID_MAX}}}"

@@ -14,6 +14,7 @@ from collections import defaultdict
 
 from django.conf import settings
 from django.utils.module_loading import import_string
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import serializers
@@ -85,6 +86,18 @@ def add_error_responses(result: dict, generator, request, public) -> dict:
                         "content": {"application/json": {"schema": _ERROR_REF}},
                     }
     return result
+
+
+class ClosedBodyExtension(OpenApiSerializerExtension):
+    """Request bodies refuse unknown fields (``common.validation.BodyInput``), and
+    their published schemas say so with ``additionalProperties: false``."""
+
+    target_class = "common.validation.BodyInput"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction) -> dict:
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        return {**schema, "additionalProperties": False}
 
 
 # --- the schema fingerprint ------------------------------------------------------------

@@ -19,6 +19,7 @@ from django.dispatch import Signal
 # Sent by ``mailbox.services.optin_revoke`` after the opt-in row is deleted,
 # before its transaction commits, with keyword arguments ``project`` (the
 # project that stopped accepting), ``source`` (the project it stopped
-# accepting) and ``actor`` (the operator, as the audit trail names them).
-# ``rooms`` removes ``source``'s members from ``project``'s rooms.
+# accepting, or ``None`` when ``project_update`` turned ``accept_all_projects``
+# off: every project it has no opt-in for) and ``actor`` (the operator, as the
+# audit trail names them). ``rooms`` removes those members from ``project``'s rooms.
 optin_revoked = Signal()

@@ -13,7 +13,8 @@ from rooms.services.moderation import members_remove_for_revoked_optin
 
 
 def on_optin_revoked(
-    sender: type, *, project: Project, source: Project, actor: str, **kwargs: Any
+    sender: type, *, project: Project, source: Project | None, actor: str, **kwargs: Any
 ) -> None:
-    """``project`` stopped accepting ``source``: its agents leave ``project``'s rooms."""
+    """``project`` stopped accepting ``source`` (``None``: every project it has no
+    opt-in for): their agents leave ``project``'s rooms."""
     members_remove_for_revoked_optin(project, source=source, actor=actor)

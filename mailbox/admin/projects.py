@@ -133,9 +133,13 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
             )
             _adopt(obj, created)
             return
+        # The form has already set the new values on obj; the service reads the
+        # old ones from the database for the audit trail.
         editable = ("name", "max_exchanges", "mailbox_enabled", "accept_all_projects")
         services.project_update(
-            obj, **{field: data[field] for field in editable if field in form.changed_data}
+            obj,
+            actor=admin_actor(request),
+            **{field: data[field] for field in editable if field in form.changed_data},
         )
 
     def save_formset(

@@ -7,6 +7,7 @@ ended (never added, edited or deleted). Superusers and operators only: the
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
@@ -19,6 +20,7 @@ from mailbox.admin.base import (
     WorkspaceProjectFilter,
     _adopt,
 )
+from mailbox.errors import InvalidName
 from mailbox.models import AgentName, Project, Session, Workspace
 
 # --- workspaces and names -------------------------------------------------------------
@@ -45,9 +47,24 @@ class WorkspaceAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         _adopt(obj, services.workspace_create(obj.project, slug=obj.slug))
 
 
+class AgentNameForm(ModelForm):
+    class Meta:
+        model = AgentName
+        fields = ("handle", "workspace")
+
+    def clean_handle(self) -> str:
+        # The session starts' own rule, so the admin cannot claim "next" either.
+        try:
+            return services.handle_check(self.cleaned_data["handle"], field="handle")
+        except InvalidName as exc:
+            raise ValidationError(exc.details["handle"]) from None
+
+
 @admin.register(AgentName)
 class AgentNameAdmin(admin.ModelAdmin):
     """Names are claimed by session starts; adding one here reserves it for a workspace."""
+
+    form = AgentNameForm
 
     list_display = ("handle", "workspace", "project", "created_at")
     list_select_related = ("workspace__project",)

@@ -6,6 +6,8 @@ do too. See ``mailbox.api.envelope`` for what the envelope adds.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -18,12 +20,23 @@ from mailbox.models import Session
 FINGERPRINT_HEADER = "HTTP_PLUMB_SCHEMA_FINGERPRINT"
 
 
+def parsed_body(request: Request) -> Any:
+    """The request's body, or ``{}`` when it does not parse.
+
+    For calls that take no body of their own (GET, DELETE): a body they cannot
+    read is ignored rather than refused, while one they can read is still
+    checked for unknown fields. Where a body was required, its parse error has
+    already been answered.
+    """
+    try:
+        return request.data
+    except Exception:  # malformed, of another media type or oversized
+        return {}
+
+
 def requested_fingerprint(request: Request) -> str | None:
     """The client's fingerprint from the body, the query string or the header."""
-    try:
-        data = request.data
-    except Exception:  # a body that failed to parse has already been answered
-        data = {}
+    data = parsed_body(request)
     value = data.get(FINGERPRINT_FIELD) if isinstance(data, dict) else None
     value = value or request.query_params.get(FINGERPRINT_FIELD)
     value = value or request.META.get(FINGERPRINT_HEADER)

@@ -4,6 +4,7 @@ from rest_framework import serializers
 
 from common import limits
 from common.fields import StrictCharField, StrictRegexField
+from common.validation import BodyInput
 from mailbox.representation import (
     ConversationDetailSerializer,
     ConversationSerializer,
@@ -12,7 +13,7 @@ from mailbox.representation import (
 )
 
 
-class SessionStartInput(serializers.Serializer):
+class SessionStartInput(BodyInput):
     workspace = StrictRegexField(
         limits.SLUG_PATTERN,
         max_length=limits.NAME_MAX,
@@ -27,7 +28,6 @@ class SessionStartInput(serializers.Serializer):
         trim_whitespace=False,
         error_messages={"invalid": limits.HANDLE_MESSAGE},
     )
-    tool_schema_fingerprint = StrictCharField(required=False, max_length=limits.FINGERPRINT_MAX)
 
 
 class SchemaStaleSerializer(serializers.Serializer):
@@ -52,7 +52,7 @@ class SessionCurrentOutput(EnvelopeSerializer):
     session = SessionSerializer()
 
 
-class NoteLeaveInput(serializers.Serializer):
+class NoteLeaveInput(BodyInput):
     # Size, emptiness and NUL are checked by the service (413 vs 400).
     body = StrictCharField(trim_whitespace=False, allow_blank=True)
     to = StrictCharField(
@@ -67,7 +67,6 @@ class NoteLeaveInput(serializers.Serializer):
         trim_whitespace=False,
         max_length=limits.IDEMPOTENCY_KEY_MAX,
     )
-    tool_schema_fingerprint = StrictCharField(required=False, max_length=limits.FINGERPRINT_MAX)
 
     @staticmethod
     def service_arguments(data: dict) -> dict:

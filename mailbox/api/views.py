@@ -6,11 +6,11 @@ from rest_framework.response import Response
 
 from common.errors import BodyTooLarge
 from common.schema import error_responses
-from common.validation import validated
+from common.validation import NoFieldsInput, validated
 from mailbox import representation, selectors, services
 from mailbox.api import serializers as s
 from mailbox.api.auth import IsProjectKey, ProjectKeyAuthentication
-from mailbox.api.base import PlumbApiView, SessionApiView
+from mailbox.api.base import PlumbApiView, SessionApiView, parsed_body
 from mailbox.api.throttles import ProjectKeyRateThrottle
 from mailbox.errors import (
     ConversationExhausted,
@@ -78,13 +78,15 @@ class SessionCurrentApi(SessionApiView):
         summary="End the calling session",
         description=(
             "Ends the session: its token stops working and notes bound to it fall back "
-            "to its name. Notes pending at the time of the call are delivered in this reply."
+            "to its name. Notes pending at the time of the call are delivered in this reply. "
+            "A JSON body, if sent, may carry only tool_schema_fingerprint."
         ),
         responses={200: s.SessionCurrentOutput},
         auth=[{"sessionToken": []}],
         tags=["sessions"],
     )
     def delete(self, request):
+        validated(NoFieldsInput, parsed_body(request))
         session = services.session_end(self.session)
         return Response({"session": representation.session_json(session)})
 

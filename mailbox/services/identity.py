@@ -87,37 +87,80 @@ def project_create(
         raise AlreadyExists(f"Project {slug!r} already exists.") from None
 
 
+# The audit action of each setting project_update changes.
+_PROJECT_SETTING_ACTIONS = {
+    "name": "project.name",
+    "mailbox_enabled": "project.mailbox",
+    "max_exchanges": "project.max_exchanges",
+    "accept_all_projects": "project.accept_all_projects",
+}
+
+
 def project_update(
     project: Project,
     *,
+    actor: str,
     name: str | None = None,
     max_exchanges: int | None = None,
     mailbox_enabled: bool | None = None,
     accept_all_projects: bool | None = None,
 ) -> Project:
-    """Change collab settings; raises ``validation_error``.
+    """Change a project's name or collab settings; raises ``validation_error``.
 
-    Conversations keep the cap they were created with.
+    ``accept_all_projects`` is an opt-in to every project and the mailbox
+    switch decides whether the project's sessions may talk at all, so each
+    setting that changes leaves one audit record (``old → new``, by ``actor``)
+    in the transaction that changes it (SPEC §5); a setting given its current
+    value changes and records nothing. Conversations keep the cap they were
+    created with.
+
+    The old values come from the row, locked, not from ``project``: the admin
+    passes an instance its form has already changed, and two updates racing
+    must each record what they actually replaced.
     """
-    changed: list[str] = []
+    wanted: dict[str, object] = {}
     if name is not None:
-        project.name = (
+        wanted["name"] = (
             _check_text(name, field="name", limit=limits.PROJECT_NAME_MAX) or project.slug
         )
-        changed.append("name")
     if max_exchanges is not None:
         _check_max_exchanges(max_exchanges)
-        project.max_exchanges = max_exchanges
-        changed.append("max_exchanges")
+        wanted["max_exchanges"] = max_exchanges
     if mailbox_enabled is not None:
-        project.mailbox_enabled = mailbox_enabled
-        changed.append("mailbox_enabled")
+        wanted["mailbox_enabled"] = bool(mailbox_enabled)
     if accept_all_projects is not None:
-        project.accept_all_projects = accept_all_projects
-        changed.append("accept_all_projects")
-    if changed:
-        project.save(update_fields=changed)
+        wanted["accept_all_projects"] = bool(accept_all_projects)
+    with transaction.atomic():
+        # The row lock (on SQLite, the IMMEDIATE transaction's write lock) orders
+        # racing updates: each reads the value the previous one committed.
+        current = Project.objects.select_for_update().get(pk=project.pk)
+        changed = {
+            field: value for field, value in wanted.items() if getattr(current, field) != value
+        }
+        if changed:
+            Project.objects.filter(pk=current.pk).update(**changed)
+        for field, value in changed.items():
+            audit_record(
+                actor=actor,
+                action=_PROJECT_SETTING_ACTIONS[field],
+                project=current,
+                target=f"{_setting_text(getattr(current, field))} → {_setting_text(value)}",
+            )
+        if changed.get("accept_all_projects") is False:
+            # Like revoking an opt-in from every project at once: agents of
+            # projects it does not opt in to leave its rooms (SPEC §5).
+            current.accept_all_projects = False
+            optin_revoked.send(sender=Project, project=current, source=None, actor=actor)
+    for field in _PROJECT_SETTING_ACTIONS:
+        setattr(project, field, changed.get(field, getattr(current, field)))
     return project
+
+
+def _setting_text(value: object) -> str:
+    """A setting as the audit trail shows it: on/off, a number, a quoted name."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 MAX_EXCHANGES_LIMIT = 100_000
@@ -321,9 +364,9 @@ def optin_revoke(project: Project, *, source: Project, actor: str, reason: str =
     before it looks for members, which closes the race with a join (see
     ``rooms.services.members_remove_for_revoked_optin``).
 
-    Turning ``accept_all_projects`` off (``project_update``) removes no one:
-    agents who joined under it stay members until an operator removes them;
-    new joins are refused from then on.
+    Turning ``accept_all_projects`` off (``project_update``) is the same
+    revocation for every project without an opt-in: the signal goes out with
+    ``source=None``.
 
     Not durable: the admin revokes inside its own save transaction
     (``changeform_view``, ``delete_view``).
@@ -400,14 +443,31 @@ _ANIMALS = (  # noqa: SIM905 - a word list reads better as prose
 
 
 def _generated_handle() -> str:
-    return f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_ANIMALS)}-{secrets.randbelow(90) + 10}"
+    """A readable name; never a reserved one, which no session may hold."""
+    while True:
+        handle = (
+            f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_ANIMALS)}-{secrets.randbelow(90) + 10}"
+        )
+        if handle not in limits.RESERVED_NAMES:
+            return handle
 
 
-def _check_handle(name: str) -> str:
+def handle_check(name: object, *, field: str = "name") -> str:
+    """A name a session may claim; raises ``validation_error`` under ``field``.
+
+    Every door that claims a name (REST and MCP session starts, the MCP
+    ``Plumb-Name`` header, the admin) checks it here, so ``next`` is refused
+    everywhere alike.
+    """
     if not isinstance(name, str) or not _HANDLE_RE.match(name):
         raise InvalidName(
-            f"name: {limits.HANDLE_MESSAGE}",
-            details={"name": [limits.HANDLE_MESSAGE]},
+            f"{field}: {limits.HANDLE_MESSAGE}",
+            details={field: [limits.HANDLE_MESSAGE]},
+        )
+    if name in limits.RESERVED_NAMES:
+        raise InvalidName(
+            f"{field}: {limits.RESERVED_NAME_MESSAGE}",
+            details={field: [limits.RESERVED_NAME_MESSAGE]},
         )
     return name
 
@@ -423,7 +483,7 @@ def session_start(
 ) -> StartedSession:
     """Attach a new session to a workspace under a name; it records ``project_key``.
 
-    Raises ``workspace_not_found``, ``validation_error`` (malformed name),
+    Raises ``workspace_not_found``, ``validation_error`` (malformed or reserved name),
     ``name_taken`` (bound to another workspace), ``name_in_use`` (held by a
     connected session) and ``key_revoked`` (``project_key`` was revoked, even
     after the caller's authentication read it). Stale sessions of the name
@@ -446,7 +506,7 @@ def session_start(
     if workspace is None:
         raise WorkspaceNotFound(f"No workspace {workspace_slug!r} in this project.")
     if name is not None:
-        return _start_named(project_key, workspace, _check_handle(name))
+        return _start_named(project_key, workspace, handle_check(name))
     # A generated name only needs to be free; on the rare clash draw another.
     for _ in range(20):
         try:

@@ -36,7 +36,7 @@ from mailbox.api.auth import (
 from mailbox.api.throttles import ProjectKeyRateThrottle, SessionRateThrottle
 from mailbox.errors import NameInUse
 from mailbox.models import ProjectKey, Session
-from mailbox.services import StartedSession, session_start, session_touch
+from mailbox.services import StartedSession, handle_check, session_start, session_touch
 from plumb_site.mcp.schemas import HANDLE, SLUG
 
 WORKSPACE_HEADER = "Plumb-Workspace"
@@ -149,7 +149,8 @@ def session_for_name(
     of the call that needed the session, as they do on REST's session start.
     """
     workspace = _checked(workspace, WORKSPACE_HEADER, SLUG)
-    name = _checked(name, NAME_HEADER, HANDLE)
+    # Before the look-up: a reserved name is refused, not merely never found.
+    name = handle_check(_checked(name, NAME_HEADER, HANDLE), field=NAME_HEADER)
     session = _connected_session(key, workspace, name)
     if session is not None:
         session_touch(session)

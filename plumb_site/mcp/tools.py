@@ -94,6 +94,9 @@ def _session_start(caller: identity.Caller, args: dict) -> tuple[Session, dict]:
     else:
         _agree("workspace", args.get("workspace"), caller.workspace)
         _agree("name", args.get("name"), caller.name)
+        if caller.name is None and args.get("name") is not None:
+            # Named by the argument, not the header: refuse it under its own name.
+            mailbox_services.handle_check(args["name"])
         session, started = identity.acting_session(
             identity.Caller(
                 key=caller.key,

@@ -12,6 +12,7 @@ from common.fields import (
     StrictRegexField,
 )
 from common.text import visible
+from common.validation import BodyInput, NoFieldsInput
 from mailbox.api.serializers import EnvelopeSerializer, ScrubbedSerializer
 from rooms.models import Event, Message
 from rooms.representation import RoomSerializer, event_json, message_json, review_json
@@ -130,11 +131,7 @@ class MemberSerializer(serializers.Serializer):
 # --- inputs ----------------------------------------------------------------------
 
 
-class _FingerprintInput(serializers.Serializer):
-    tool_schema_fingerprint = StrictCharField(required=False, max_length=limits.FINGERPRINT_MAX)
-
-
-class RoomCreateInput(_FingerprintInput):
+class RoomCreateInput(BodyInput):
     slug = StrictRegexField(limits.SLUG_PATTERN, max_length=limits.NAME_MAX, trim_whitespace=False)
     title = StrictCharField(
         required=False, allow_blank=True, max_length=limits.ROOM_TITLE_MAX, default=""
@@ -151,7 +148,12 @@ class RoomCreateInput(_FingerprintInput):
     )
 
 
-class RoomJoinInput(_FingerprintInput):
+# Only the fingerprint; a class of its own so that the schema names the body.
+class RoomLeaveInput(NoFieldsInput):
+    pass
+
+
+class RoomJoinInput(BodyInput):
     display_name = StrictCharField(
         required=False,
         allow_null=True,
@@ -161,7 +163,7 @@ class RoomJoinInput(_FingerprintInput):
     )
 
 
-class MessageSendInput(_FingerprintInput):
+class MessageSendInput(BodyInput):
     body = StrictCharField(trim_whitespace=False, allow_blank=True)
     reply_to = StrictCharField(required=False, allow_null=True, max_length=limits.PUBLIC_ID_MAX)
     idempotency_key = StrictCharField(
@@ -174,12 +176,12 @@ class MessageSendInput(_FingerprintInput):
     require_read = StrictBooleanField(required=False, default=False)
 
 
-class ReviewInput(_FingerprintInput):
+class ReviewInput(BodyInput):
     verdict = serializers.ChoiceField(choices=Event.Verdict.choices)
     body = StrictCharField(required=False, allow_null=True, allow_blank=True, trim_whitespace=False)
 
 
-class ReadInput(_FingerprintInput):
+class ReadInput(BodyInput):
     seq = StrictIntegerField(min_value=0)
 
 

@@ -90,12 +90,13 @@ class RoomLeaveApi(SessionApiView):
     @extend_schema(
         operation_id="leave_room",
         summary="Leave a room",
-        request=None,
+        request=s.RoomLeaveInput,
         responses={200: s.RoomEventOutput, **error_responses(RoomNotFound, NotAMember)},
         auth=SESSION_AUTH,
         tags=["rooms"],
     )
     def post(self, request, slug: str):
+        validated(s.RoomLeaveInput, request.data)
         room, event = services.room_leave(self.session, slug)
         # Not re-read through the visibility rule: a room of another project
         # is no longer visible once left, but the reply still describes it.

@@ -111,8 +111,13 @@ def member_remove(member: Member, *, actor: str, reason: str) -> Event | None:
     )
 
 
-def members_remove_for_revoked_optin(project: Project, *, source: Project, actor: str) -> int:
+def members_remove_for_revoked_optin(
+    project: Project, *, source: Project | None, actor: str
+) -> int:
     """Remove ``source``'s agents from every room of ``project`` that no longer accepts them.
+
+    ``source=None`` (``accept_all_projects`` turned off): every other
+    project's agents whose project ``project`` has no opt-in for.
 
     Run by ``optin_revoke`` (through the ``optin_revoked`` signal) inside its
     transaction, after the opt-in row is deleted. If ``project`` still
@@ -147,18 +152,26 @@ def members_remove_for_revoked_optin(project: Project, *, source: Project, actor
         }
         pause_point("optin.rooms_locked")
         # Read again under the locks: the caller's copy may predate a change.
-        if not rooms or optin_allows(Project.objects.get(pk=project.pk), source=source):
+        current = Project.objects.get(pk=project.pk)
+        if not rooms or (source is not None and optin_allows(current, source=source)):
             return 0
         members = (
-            Member.objects.filter(
-                room_id__in=list(rooms), left_at__isnull=True, name__workspace__project=source
-            )
-            .select_related("name")
+            Member.objects.filter(room_id__in=list(rooms), left_at__isnull=True)
+            .exclude(name__workspace__project=project)
+            .select_related("name__workspace__project")
             .order_by("room_id", "id")
         )
+        if source is not None:
+            members = members.filter(name__workspace__project=source)
+        allowed: dict[int, bool] = {}
         now = timezone.now()
         removed = 0
         for member in members:
+            their_project = member.name.workspace.project
+            if their_project.pk not in allowed:
+                allowed[their_project.pk] = optin_allows(current, source=their_project)
+            if allowed[their_project.pk]:
+                continue
             # Conditional, like every moderation change; under the lock it always applies.
             if not Member.objects.filter(pk=member.pk, left_at__isnull=True).update(left_at=now):
                 continue

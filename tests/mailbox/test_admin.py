@@ -188,6 +188,46 @@ def test_collab_settings_are_edited_and_the_slug_is_not(admin_client):
     assert project.accept_all_projects is True
 
 
+def test_accepting_all_projects_in_the_admin_is_audited_naming_the_admin(admin_client, admin_user):
+    """SPEC §5: accept_all_projects is an opt-in to every project, audited like one."""
+    project = ProjectFactory(slug="acme")
+    data = {**project_form_data(project), "accept_all_projects": "on", **optin_inline_data()}
+
+    response = admin_client.post(url("project", "change", project.pk), data)
+
+    assert response.status_code == 302
+    project.refresh_from_db()
+    assert project.accept_all_projects is True
+    records = list(AuditRecord.objects.values_list("actor", "action", "project_slug", "target"))
+    actor = f"admin:{admin_user.get_username()}"
+    assert records == [(actor, "project.accept_all_projects", "acme", "off → on")]
+
+    # Saving the same value again changes nothing and records nothing.
+    again = admin_client.post(url("project", "change", project.pk), data)
+
+    assert again.status_code == 302
+    assert AuditRecord.objects.count() == 1
+
+
+def test_every_collab_setting_changed_in_the_admin_leaves_its_own_record(admin_client):
+    project = ProjectFactory(slug="acme", name="Acme")
+    data = {
+        **project_form_data(project, max_exchanges="3", mailbox_enabled=None),
+        **optin_inline_data(),
+    }
+
+    response = admin_client.post(url("project", "change", project.pk), data)
+
+    assert response.status_code == 302
+    project.refresh_from_db()
+    assert (project.mailbox_enabled, project.max_exchanges) == (False, 3)
+    records = set(AuditRecord.objects.values_list("actor", "action", "target"))
+    assert records == {
+        ("admin:admin", "project.mailbox", "on → off"),
+        ("admin:admin", "project.max_exchanges", "20 → 3"),
+    }
+
+
 def test_max_exchanges_below_one_is_refused(admin_client):
     project = ProjectFactory(slug="acme")
     response = admin_client.post(
@@ -477,6 +517,16 @@ def test_agent_name_can_be_reserved_for_a_workspace(admin_client, workspace):
     )
     assert response.status_code == 302
     assert AgentName.objects.get(handle="reviewer").workspace == workspace
+
+
+def test_the_reserved_name_next_cannot_be_reserved_in_the_admin(admin_client, workspace):
+    response = admin_client.post(
+        url("agentname", "add"), {"handle": "next", "workspace": str(workspace.pk)}
+    )
+
+    assert response.status_code == 200
+    assert "handle" in response.context["adminform"].form.errors
+    assert not AgentName.objects.exists()
 
 
 # --- sessions -------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 """Keys and tokens are stored as digests only and compared in constant time."""
 
+import secrets
+from types import SimpleNamespace
+
 import pytest
 from django.db import connection
 
@@ -8,6 +11,33 @@ from mailbox.models import ProjectKey, Session
 
 pytestmark = pytest.mark.django_db
 
+# A secret is 43 characters of base64url, "_" included, and may end in one: these
+# pin the cases where splitting the credential on its last "_" finds one character
+# or none, either of which is "in" the stored row by chance (issue #14).
+SECRETS = [
+    pytest.param(None, id="random"),
+    pytest.param("A1b2-" * 8 + "c3_", id="ending-in-underscore"),
+    pytest.param("A1b2-" * 8 + "c_3", id="underscore-before-the-last-character"),
+]
+
+
+@pytest.fixture
+def drawn_secret(request, monkeypatch):
+    """The secret part every credential drawn in the test gets (random when None)."""
+    secret = request.param
+    if secret is not None:
+        assert credentials.CREDENTIAL_RE.match(f"plumb_key_abcd1234_{secret}")
+        fixed = SimpleNamespace(choice=secrets.choice, token_urlsafe=lambda nbytes: secret)
+        monkeypatch.setattr(credentials, "secrets", fixed)
+    return secret
+
+
+def secret_of(raw: str) -> str:
+    """The secret part of ``plumb_<kind>_<prefix>_<secret>``, as the parser reads it."""
+    match = credentials.CREDENTIAL_RE.match(raw)
+    assert match is not None, raw
+    return match.group(3)
+
 
 def _all_stored_text(table: str) -> str:
     with connection.cursor() as cursor:
@@ -15,9 +45,11 @@ def _all_stored_text(table: str) -> str:
         return repr(cursor.fetchall())
 
 
-def test_project_keys_are_stored_only_as_a_digest(key_client, project_key):
+@pytest.mark.parametrize("drawn_secret", SECRETS, indirect=True)
+def test_project_keys_are_stored_only_as_a_digest(drawn_secret, key_client, project_key):
     raw = project_key.raw_key
-    secret_part = raw.rsplit("_", 1)[-1]
+    secret_part = secret_of(raw)
+    assert len(secret_part) == 43
 
     stored = _all_stored_text(ProjectKey._meta.db_table)
 
@@ -28,11 +60,13 @@ def test_project_keys_are_stored_only_as_a_digest(key_client, project_key):
     assert row.key_hash != raw
 
 
-def test_session_tokens_are_stored_only_as_a_digest(key_client, workspace):
+@pytest.mark.parametrize("drawn_secret", SECRETS, indirect=True)
+def test_session_tokens_are_stored_only_as_a_digest(drawn_secret, key_client, workspace):
     token = key_client.post("/api/v1/sessions/", {"workspace": "main"}, format="json").json()[
         "token"
     ]
-    secret_part = token.rsplit("_", 1)[-1]
+    secret_part = secret_of(token)
+    assert len(secret_part) == 43
 
     stored = _all_stored_text(Session._meta.db_table)
 

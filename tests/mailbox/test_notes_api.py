@@ -17,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from common import limits
 from mailbox import services
 from mailbox.models import (
     AgentName,
@@ -749,7 +750,7 @@ def test_a_reply_is_refused_once_the_cap_is_spent(alice, bob, project):
 def test_a_thread_keeps_the_cap_it_was_created_with(alice, bob, project):
     Project.objects.filter(pk=project.pk).update(max_exchanges=2)
     old_thread = leave(alice, body="1", to="bob").json()["conversation_id"]
-    services.project_update(Project.objects.get(pk=project.pk), max_exchanges=5)
+    services.project_update(Project.objects.get(pk=project.pk), actor="test", max_exchanges=5)
 
     reply = leave(bob, body="2", conversation_id=old_thread)
     refused = leave(alice, body="3", conversation_id=old_thread)
@@ -984,6 +985,43 @@ def test_a_body_over_16384_utf8_bytes_is_refused_though_it_has_fewer_characters(
     assert_refused(refused, 413, "body_too_large")
     assert stored() == before
     assert leave(alice, body=body[:-1], to="bob", idempotency_key="k1").status_code == 201
+
+
+# A short password glued to "-p" after mysql becomes "-p[REDACTED:password_assignment]":
+# each 11-byte line grows to 39 bytes once scrubbed (SPEC §3.2: the limit holds for
+# what is stored).
+GROWING_LINE = "mysql -px9\n"
+SCRUBBED_LINE = "mysql -p[REDACTED:password_assignment]\n"
+
+
+def test_a_body_that_scrubbing_grows_past_the_limit_is_refused_with_stored_bytes(alice, bob):
+    body = GROWING_LINE * 500  # 5,500 bytes sent, 19,500 once scrubbed
+    assert len(body.encode("utf-8")) <= limits.BODY_MAX_BYTES
+    before = stored()
+
+    refused = leave(alice, body=body, to="bob", idempotency_key="k1")
+
+    assert_refused(refused, 413, "body_too_large")
+    assert refused.json()["error"]["details"]["stored_bytes"] == len(SCRUBBED_LINE) * 500
+    assert stored() == before
+    assert leave(alice, body="hello", to="bob", idempotency_key="k1").status_code == 201
+
+
+@pytest.mark.parametrize(("tail", "accepted"), [("abcd", True), ("abcde", False)])
+def test_the_stored_limit_is_16384_bytes_of_the_scrubbed_body(alice, bob, tail, accepted):
+    body = GROWING_LINE * 420 + tail  # scrubbed: 16,380 bytes plus the tail
+    before = stored()
+
+    response = leave(alice, body=body, to="bob")
+
+    if accepted:
+        assert response.status_code == 201, response.json()
+        assert note_row(response).body == SCRUBBED_LINE * 420 + tail
+        assert len(note_row(response).body.encode("utf-8")) == limits.BODY_MAX_BYTES
+    else:
+        assert_refused(response, 413, "body_too_large")
+        assert response.json()["error"]["details"]["stored_bytes"] == limits.BODY_MAX_BYTES + 1
+        assert stored() == before
 
 
 @pytest.mark.parametrize(

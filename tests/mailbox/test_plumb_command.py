@@ -20,7 +20,7 @@ from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
 from mailbox import credentials
-from mailbox.models import CrossProjectOptIn, Project, ProjectKey, Workspace
+from mailbox.models import AuditRecord, CrossProjectOptIn, Project, ProjectKey, Workspace
 from tests.factories import OptInFactory, ProjectFactory, ProjectKeyFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db
@@ -170,6 +170,50 @@ def test_project_set_changes_only_the_settings_named():
     assert project.max_exchanges == 7
     assert "Updated project beta" in out
     assert "mailbox off" in out
+
+
+def test_project_set_accept_all_projects_is_audited_naming_the_operator(operator: str):
+    ProjectFactory(slug="beta", accept_all_projects=False)
+
+    plumb("project", "set", "beta", "--accept-all-projects", "on")
+
+    records = list(AuditRecord.objects.values_list("actor", "action", "project_slug", "target"))
+    assert records == [(operator, "project.accept_all_projects", "beta", "off → on")]
+    assert Project.objects.get(slug="beta").accept_all_projects is True
+
+
+def test_project_set_to_the_values_it_has_records_nothing():
+    ProjectFactory(slug="beta", name="Beta", max_exchanges=7, accept_all_projects=True)
+
+    same = ["--accept-all-projects", "on", "--max-exchanges", "7", "--mailbox", "on"]
+    out, _ = plumb("project", "set", "beta", *same, "--name", "Beta")
+
+    assert "Updated project beta" in out
+    assert not AuditRecord.objects.exists()
+
+
+def test_project_set_records_one_change_per_setting(operator: str):
+    ProjectFactory(slug="beta", name="Beta", max_exchanges=7)
+
+    changes = ["--name", "Beta squad", "--max-exchanges", "3", "--mailbox", "off"]
+    plumb("project", "set", "beta", *changes)
+
+    records = set(AuditRecord.objects.values_list("actor", "action", "target"))
+    assert records == {
+        (operator, "project.name", "'Beta' → 'Beta squad'"),
+        (operator, "project.max_exchanges", "7 → 3"),
+        (operator, "project.mailbox", "on → off"),
+    }
+
+
+def test_a_refused_project_set_changes_and_records_nothing():
+    ProjectFactory(slug="beta", max_exchanges=7, mailbox_enabled=True)
+
+    plumb_fails("project", "set", "beta", "--mailbox", "off", "--max-exchanges", "0")
+
+    project = Project.objects.get(slug="beta")
+    assert (project.mailbox_enabled, project.max_exchanges) == (True, 7)
+    assert not AuditRecord.objects.exists()
 
 
 def test_project_set_can_rename_and_change_the_cap():

@@ -2,6 +2,7 @@
 
 import re
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection
@@ -62,6 +63,34 @@ def test_session_start_without_a_name_generates_a_readable_free_one(key_client, 
         assert animal.isalpha()
         assert number.isdigit()
     assert AgentName.objects.filter(handle__in=names, workspace=workspace).count() == 5
+
+
+def test_the_reserved_name_next_cannot_be_claimed(key_client, workspace):
+    """``next`` addresses whoever attaches next (SPEC §1): a session by that name
+    could never be reached by a note."""
+    response = start(key_client, workspace="main", name="next")
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert set(error["details"]) == {"name"}
+    assert not Session.objects.exists()
+    assert not AgentName.objects.exists()
+
+
+def test_a_generated_name_is_never_a_reserved_one(key_client, workspace, monkeypatch):
+    # The generator's draws, fixed: first "amber-badger-10", then "amber-badger-42";
+    # the first is made reserved, so it must be drawn again.
+    numbers = iter([0, 32])
+    fixed = SimpleNamespace(choice=lambda words: words[0], randbelow=lambda _: next(numbers))
+    monkeypatch.setattr("mailbox.services.identity.secrets", fixed)
+    monkeypatch.setattr("common.limits.RESERVED_NAMES", frozenset({"next", "amber-badger-10"}))
+
+    response = start(key_client, workspace="main")
+
+    assert response.status_code == 201, response.json()
+    assert response.json()["session"]["name"] == "amber-badger-42"
+    assert list(AgentName.objects.values_list("handle", flat=True)) == ["amber-badger-42"]
 
 
 def test_trailing_slash_is_optional(key_client, workspace):

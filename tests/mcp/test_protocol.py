@@ -13,7 +13,7 @@ import json
 import pytest
 from django.test import Client
 
-from mailbox.models import Session
+from mailbox.models import AgentName, Session
 from mailbox.services import key_revoke, session_end
 from plumb_site.mcp.protocol import SUPPORTED_VERSIONS
 from tests.factories import SessionFactory, WorkspaceFactory
@@ -530,6 +530,7 @@ def test_a_project_key_without_a_name_cannot_act_in_the_stateless_era(headers, w
         ({"Plumb-Workspace": None}, "validation_error", "Plumb-Workspace"),
         ({"Plumb-Workspace": "Not A Slug"}, "validation_error", "Plumb-Workspace"),
         ({"Plumb-Name": "Alice!"}, "validation_error", "Plumb-Name"),
+        ({"Plumb-Name": "next"}, "validation_error", "Plumb-Name"),
         ({"Plumb-Workspace": "nowhere"}, "workspace_not_found", None),
     ],
 )
@@ -547,6 +548,7 @@ def test_identity_headers_that_name_no_session_are_error_results(
     if field:
         assert field in error["details"]
     assert not Session.objects.exists()
+    assert not AgentName.objects.exists()
 
 
 def test_a_name_bound_to_another_workspace_is_name_taken(headers, workspace, project):
@@ -582,6 +584,17 @@ def test_session_start_arguments_fill_in_missing_headers(project_key, workspace)
     content = result["result"]["structuredContent"]
     assert content["session"]["name"] == "carol"
     assert content["token"].startswith("plumb_tok_")
+
+
+def test_session_start_refuses_the_reserved_name_next_as_an_argument(project_key, workspace):
+    headers = {"Authorization": f"Bearer {project_key.raw_key}"}
+
+    error = tool_error(call("session_start", {"workspace": "main", "name": "next"}, headers))
+
+    assert error["code"] == "validation_error"
+    assert set(error["details"]) == {"name"}
+    assert not Session.objects.exists()
+    assert not AgentName.objects.exists()
 
 
 def test_a_stale_fingerprint_is_reported_on_results_and_errors(headers, workspace):

@@ -166,6 +166,30 @@ def test_every_body_endpoint_names_the_fields_of_an_empty_object(
     assert error["details"]
 
 
+@pytest.mark.parametrize(("path", "method"), BODY_OPERATIONS)
+def test_every_body_endpoint_refuses_an_unknown_field_and_publishes_that(
+    world, project_key, agent_session, path, method
+):
+    """SPEC §2: an unknown body field is named in the details, and the schema says
+    ``additionalProperties: false`` so that clients can check before they send."""
+    operation = SCHEMA["paths"][path][method.lower()]
+    ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert SCHEMA["components"]["schemas"][ref.rsplit("/", 1)[-1]]["additionalProperties"] is False
+    before = _stored()
+
+    response = Client().generic(
+        method,
+        _fill(path, world),
+        data=json.dumps({"requireRead": True}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=_auth_for(path, project_key, agent_session),
+    )
+
+    error = assert_error(response, 400, "validation_error")
+    assert error["details"]["requireRead"] == ["Unknown field."]
+    assert _stored() == before
+
+
 @pytest.mark.parametrize(("path", "method"), SESSION_OPERATIONS)
 @pytest.mark.parametrize(
     ("authorization", "code"),

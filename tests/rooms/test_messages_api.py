@@ -20,6 +20,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from common import limits
 from rooms import services
 from rooms.models import Event, Member, Message, MessageMention, Room
 from tests.conftest import assert_error, client_for
@@ -330,6 +331,23 @@ def test_a_body_of_16385_utf8_bytes_is_refused_with_body_too_large(alice, genera
     assert_error(response, 413, "body_too_large")
     assert stored_state() == before
     assert_key_unused(alice, "big-1")
+
+
+# Each 11-byte line grows to 39 bytes once scrubbed ("-p[REDACTED:password_assignment]").
+GROWING_BODY = "mysql -px9\n" * 500
+GROWN_BYTES = len("mysql -p[REDACTED:password_assignment]\n") * 500
+
+
+def test_a_body_that_scrubbing_grows_past_the_limit_is_refused_with_stored_bytes(alice, general):
+    assert len(GROWING_BODY.encode("utf-8")) <= limits.BODY_MAX_BYTES < GROWN_BYTES
+    before = stored_state()
+
+    response = send(alice, body=GROWING_BODY, idempotency_key="grown-1")
+
+    error = assert_error(response, 413, "body_too_large")
+    assert error["details"]["stored_bytes"] == GROWN_BYTES
+    assert stored_state() == before
+    assert_key_unused(alice, "grown-1")
 
 
 @pytest.mark.parametrize(
@@ -1198,6 +1216,17 @@ def test_a_review_body_over_16384_bytes_is_refused_with_body_too_large(alice, bo
     response = review(bob, message["id"], verdict="comment", body="x" * 16385)
 
     assert_error(response, 413, "body_too_large")
+    assert stored_state() == before
+
+
+def test_a_review_body_that_scrubbing_grows_past_the_limit_is_refused(alice, bob, general):
+    message = post(alice, "review me")
+    before = stored_state()
+
+    response = review(bob, message["id"], verdict="comment", body=GROWING_BODY)
+
+    error = assert_error(response, 413, "body_too_large")
+    assert error["details"]["stored_bytes"] == GROWN_BYTES
     assert stored_state() == before
 
 

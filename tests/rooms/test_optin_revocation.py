@@ -188,3 +188,21 @@ def test_removals_roll_back_with_a_revocation_that_fails(world, monkeypatch):
     assert CrossProjectOptIn.objects.filter(project=world.q, source=world.p).exists()
     assert not AuditRecord.objects.filter(action="optin.revoke").exists()
     assert send(world.pete, "ops").status_code == 201
+
+
+def test_turning_accept_all_projects_off_removes_agents_of_projects_without_an_optin(world):
+    outsider = SessionFactory(
+        workspace=WorkspaceFactory(project=ProjectFactory(slug="x"), slug="xw"), name="xena"
+    )
+    mailbox_services.project_update(world.q, actor="ops:script", accept_all_projects=True)
+    assert client_for(outsider).post("/api/v1/rooms/ops/join", {}, format="json").status_code == 201
+
+    mailbox_services.project_update(world.q, actor="ops:script", accept_all_projects=False)
+
+    assert_error(send(outsider, "ops"), 403, "not_a_member")
+    removal = Event.objects.filter(room__slug="ops", kind="moderation").last()
+    assert removal.data == {"action": "remove", "reason": "opt-in revoked", "member": "xena"}
+    # Projects it opted in to keep their agents.
+    assert send(world.pete, "ops").status_code == 201
+    assert send(world.ralph, "ops").status_code == 201
+    assert Member.objects.filter(room__slug="ops", left_at__isnull=True).count() == 3

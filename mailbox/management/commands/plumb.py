@@ -259,7 +259,7 @@ class Command(BaseCommand):
         if not changes:
             self.say(f"Nothing to change for project {project.slug}: {project_summary(project)}.")
             return
-        project = services.project_update(project, **changes)
+        project = services.project_update(project, actor=operator_name(), **changes)
         self.say(f"Updated project {project.slug}: {project_summary(project)}.")
 
     def _project_changes(self, options: dict[str, Any]) -> dict[str, Any]:
