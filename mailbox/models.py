@@ -282,16 +282,19 @@ class Note(models.Model):
     public_id = models.CharField(max_length=32, unique=True, default=note_public_id, editable=False)
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="notes")
     position = models.PositiveIntegerField()
-    sender_name = models.ForeignKey(AgentName, on_delete=models.CASCADE, related_name="notes_sent")
+    # PROTECT: a note is part of its thread's history, which another party
+    # reads too; deleting its sender, recipient or "next" workspace must not
+    # take it along (SPEC §3.3: the thread history shows every note).
+    sender_name = models.ForeignKey(AgentName, on_delete=models.PROTECT, related_name="notes_sent")
     sender_session = models.ForeignKey(
         Session, on_delete=models.SET_NULL, null=True, related_name="notes_sent"
     )
     # Exactly one of recipient / next_workspace is set (see the check constraint).
     recipient = models.ForeignKey(
-        AgentName, on_delete=models.CASCADE, null=True, blank=True, related_name="notes_received"
+        AgentName, on_delete=models.PROTECT, null=True, blank=True, related_name="notes_received"
     )
     next_workspace = models.ForeignKey(
-        Workspace, on_delete=models.CASCADE, null=True, blank=True, related_name="next_notes"
+        Workspace, on_delete=models.PROTECT, null=True, blank=True, related_name="next_notes"
     )
     body = models.TextField(help_text="Secret-scrubbed before it was stored.")
     created_at = models.DateTimeField(default=timezone.now)
