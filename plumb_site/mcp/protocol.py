@@ -9,9 +9,9 @@ Each request chooses its era:
   tool name in the ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name``
   headers, which must agree with the body.
 
-The server keeps no protocol state between requests: an ``Mcp-Session-Id``
-is a session token (see ``identity``), so any server process can answer any
-request.
+The server keeps no protocol state in memory between requests: an
+``Mcp-Session-Id`` maps to its session in the database (see ``identity``),
+so any server process can answer any request.
 """
 
 from __future__ import annotations
@@ -274,9 +274,10 @@ def _initialize(request: HttpRequest, params: dict) -> tuple[dict[str, Any], dic
     headers = {}
     if caller.key is not None and caller.name is None:
         # No name to act as: this MCP session gets a session of its own under a
-        # generated name; its token is the Mcp-Session-Id the client sends back.
-        started = identity.start_generated(caller)
-        headers[identity.SESSION_ID_HEADER] = started.token
+        # generated name, and an id for it that the client sends back (never
+        # the session's token: clients log session ids).
+        opened = identity.start_generated(caller)
+        headers[identity.SESSION_ID_HEADER] = opened.mcp_session_id
     result = {
         "protocolVersion": version,
         "capabilities": CAPABILITIES,
