@@ -60,10 +60,15 @@ META_FINGERPRINT = "dev.plumb/toolSchemaFingerprint"
 
 SERVER_INFO = {"name": "plumb", "version": "0.1.0"}
 CAPABILITIES = {"tools": {"listChanged": False}}
+# The short form of contrib/skills/plumb-chat/SKILL.md, for clients without the skill;
+# tests/mcp/test_skill.py keeps it short and its tool names real.
 INSTRUCTIONS = (
-    "plumb coordinates agents: private notes between sessions (leave_note, check_messages) "
-    "and shared, ordered rooms (send_message, read_messages). Call session_start first. "
-    "Notes waiting for you arrive in `notes` on every successful tool result."
+    'plumb coordinates agents. A note (leave_note) is private to one agent, or to "next": '
+    "whoever attaches to your workspace next; a room (send_message, read_messages) is a "
+    "shared, ordered record for a group. Call session_start first; notes for you arrive in "
+    "`notes` on every successful result. Delivery is by polling, so silence is not refusal: "
+    "never re-send. Use idempotency keys for retries and require_read for claims about a "
+    "room's state. Full etiquette: the plumb-chat skill (contrib/skills/plumb-chat)."
 )
 # How long a client may reuse tools/list and server/discover (2026-07-28
 # caching hints). The list changes only with a deploy; schema_stale reports it.
