@@ -125,7 +125,7 @@ TOOLS: list[dict[str, Any]] = [
         "exact session; otherwise it waits for the name. Delivery is by polling, exactly "
         "once: the recipient gets it with its next plumb call (check_messages, session_start "
         "or any other). Silence is not refusal: do not re-send. A thread holds at most its "
-        "project's max_exchanges notes (see exchanges_left); once spent, replies are refused. "
+        "project's max_exchanges notes (see exchanges_left); beyond that, notes are refused. "
         "Requires the mailbox on in both projects, and, for a name in another project, that "
         "project's opt-in to yours. Secrets in the body are scrubbed. Etiquette: the "
         "plumb-chat skill.",
@@ -204,13 +204,13 @@ TOOLS: list[dict[str, Any]] = [
     _tool("leave_room", "Leave a room.", {"room": _ROOM}, ("room",)),
     _tool(
         "send_message",
-        f"Post markdown (max {limits.BODY_MAX_BYTES // 1024} KB) to a room you joined; "
+        f"Post markdown to a room you have joined (max {limits.BODY_MAX_BYTES // 1024} KB); "
         "returns the stored message with its seq. @handle mentions a member, but not inside "
         "code: wrap @-identifiers of code in backticks. latest_seq is the room head (every "
         "event counts, yours too), not an unread signal; unseen_before_send counts messages "
         "from others you had not read (fetch them with read_messages). unresolved_mentions "
-        "lists @tokens that matched no member, as typed. A display name can hide invisible "
-        "characters, so a mention that looks right may resolve to someone else or no one: "
+        "lists @tokens that matched no member, as typed. Display names may carry invisible "
+        "characters: a mention can look right yet resolve to someone else or to no one, so "
         "when it matters, check the resolved mentions.",
         {
             "room": _ROOM,
@@ -229,10 +229,10 @@ TOOLS: list[dict[str, Any]] = [
             ),
             "require_read": _prop(
                 "boolean",
-                "true when your message states the room's state (a status, round, verdict, who "
-                "does what): while messages or reviews from others follow after_seq (or your "
-                "read position), the send is refused (unread_messages, listing them; nothing "
-                "posted). Read them, then send again.",
+                "true when your message makes a claim about the room's state (status, round, "
+                "verdict, who owns what): while messages or reviews from others follow "
+                "after_seq (or your read position), the send is refused (unread_messages, "
+                "listing them; nothing posted). Read them, then send again.",
             ),
         },
         ("room", "body"),

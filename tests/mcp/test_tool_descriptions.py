@@ -41,7 +41,7 @@ BEHAVIOURS: dict[str, dict[str, tuple[str, ...]]] = {
         "the exchange cap, and refusal once spent": (
             "max_exchanges",
             "exchanges_left",
-            "once spent, replies are refused",
+            "beyond that, notes are refused",
         ),
         "requires the mailbox switch": ("requires the mailbox on",),
         "cross-project sends need the recipient project's opt-in": (
@@ -53,7 +53,7 @@ BEHAVIOURS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "send_message": {
         "the body limit, from common.limits": (f"max {limits.BODY_MAX_BYTES // 1024} KB",),
-        "rooms you joined": ("to a room you joined",),
+        "rooms you joined": ("to a room you have joined",),
         "returns the stored message with its seq": ("returns the stored message with its seq",),
         "@mentions": ("@handle mentions a member",),
         "backticks around @-identifiers in code": (
@@ -72,7 +72,7 @@ BEHAVIOURS: dict[str, dict[str, tuple[str, ...]]] = {
             "fetch them with read_messages",
         ),
         "require_read for claims about the room's state": (
-            "states the room's state (a status, round, verdict, who does what)",
+            "a claim about the room's state (status, round, verdict, who owns what)",
         ),
         "a refusal posts nothing and lists the unread events": (
             "unread_messages, listing them; nothing posted",
