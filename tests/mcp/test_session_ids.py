@@ -203,3 +203,25 @@ def test_a_session_token_connection_ignores_a_session_id(opened):
     result = call("session_start", {}, headers).json()["result"]["structuredContent"]
 
     assert result["session"]["id"] == carol.public_id
+
+
+def test_initialize_in_an_unknown_workspace_starts_nothing(project_key, workspace):
+    headers = {"Authorization": f"Bearer {project_key.raw_key}", "Plumb-Workspace": "nowhere"}
+
+    response = post("initialize", headers, {"protocolVersion": HANDSHAKE})
+
+    assert response.status_code == 404
+    assert refusal(response)["code"] == "workspace_not_found"
+    assert "Mcp-Session-Id" not in response
+    assert not Session.objects.exists()
+    assert not McpSession.objects.exists()
+
+
+def test_a_request_by_id_finds_its_session_in_one_query(opened, django_assert_num_queries):
+    _, headers = opened
+    post("ping", headers)  # the key's last use is recorded once a minute, not on every call
+
+    with django_assert_num_queries(2):  # the project key; the session with its pending notes
+        response = post("ping", headers)
+
+    assert response.status_code == 200
