@@ -211,6 +211,36 @@ class Session(models.Model):
         return self.workspace.project
 
 
+def mcp_session_public_id() -> str:
+    return new_public_id("mcp")
+
+
+class McpSession(models.Model):
+    """The ``Mcp-Session-Id`` of a handshake-era MCP client, and the session it acts as.
+
+    MCP clients and proxies write session ids into their logs, so the id is
+    random and of its own, never the session's token: it is not a credential.
+    A request carrying it must still authenticate with its project key, and
+    the id only says which of that project's sessions the request acts as.
+    It is a row, not process memory, because any server process may answer
+    the next request of the same MCP session, also after a restart.
+    """
+
+    public_id = models.CharField(
+        max_length=32, unique=True, default=mcp_session_public_id, editable=False
+    )
+    session = models.OneToOneField(
+        Session, on_delete=models.CASCADE, related_name="mcp_session", editable=False
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = "MCP session"
+
+    def __str__(self) -> str:
+        return self.public_id
+
+
 # --- the mailbox ---------------------------------------------------------------------
 
 

@@ -73,6 +73,43 @@ def session_for_prefix(prefix: str) -> Session | None:
     return session
 
 
+def session_for_mcp_session_id(mcp_session_id: str, *, project: Project) -> Session | None:
+    """The session an ``Mcp-Session-Id`` of ``project`` names, ended or not; else None.
+
+    Ended and expired sessions come back so that ``session_check_live`` can
+    say which, as it does for a token. An id of another project is None like
+    an unknown one, so ids say nothing across projects. One query, and like
+    ``session_for_prefix`` it tells whether notes wait.
+    """
+    return (
+        Session.objects.filter(
+            mcp_session__public_id=mcp_session_id, workspace__project_id=project.pk
+        )
+        .select_related("name", "workspace__project")
+        .annotate(notes_maybe_pending=pending_exists())
+        .first()
+    )
+
+
+def session_check_live(session: Session) -> None:
+    """Refuse an ended or expired session, naming which; else record that it was seen.
+
+    One rule for every way a request names its session (a token here, an
+    MCP session id in ``plumb_site.mcp``), so both refuse alike.
+    """
+    if session.ended_at is not None:
+        # The reason is a column of the row already read: still one query.
+        if session.end_reason == Session.EndReason.KEY_REVOKED:
+            raise _fail(
+                "key_revoked", "The project key that started this session has been revoked."
+            )
+        raise _fail("session_ended", "This session has ended; start a new one.")
+    now = timezone.now()
+    if not session.is_connected(now):
+        raise _fail("session_expired", "This session expired after inactivity; start a new one.")
+    session_touch(session, now=now)
+
+
 class SessionTokenAuthentication(authentication.BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[Session, Session] | None:
         parsed = bearer_credential(request)
@@ -86,20 +123,7 @@ class SessionTokenAuthentication(authentication.BaseAuthentication):
         session = session_for_prefix(parsed.prefix)
         if session is None or not credentials.matches(parsed.raw, session.token_hash):
             raise _fail("invalid_token", "The session token is not known.")
-        if session.ended_at is not None:
-            # The reason is a column of the row already read: still one query.
-            if session.end_reason == Session.EndReason.KEY_REVOKED:
-                raise _fail(
-                    "key_revoked",
-                    "The project key that started this session has been revoked.",
-                )
-            raise _fail("session_ended", "This session has ended; start a new one.")
-        now = timezone.now()
-        if not session.is_connected(now):
-            raise _fail(
-                "session_expired", "This session expired after inactivity; start a new one."
-            )
-        session_touch(session, now=now)
+        session_check_live(session)
         return session, session
 
     def authenticate_header(self, request: Request) -> str:

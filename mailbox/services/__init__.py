@@ -21,6 +21,7 @@ from mailbox.services.identity import (
     site_bootstrap,
     workspace_create,
 )
+from mailbox.services.mcp_sessions import OpenedMcpSession, mcp_session_open
 from mailbox.services.notes import (
     NoteLeft,
     conversation_lock,
@@ -34,6 +35,7 @@ __all__ = [
     "Bootstrapped",
     "IssuedKey",
     "NoteLeft",
+    "OpenedMcpSession",
     "StartedSession",
     "audit_record",
     "conversation_lock",
@@ -43,6 +45,7 @@ __all__ = [
     "key_find",
     "key_revoke",
     "key_touch",
+    "mcp_session_open",
     "note_leave",
     "notes_claim",
     "notes_wait",

@@ -6,8 +6,10 @@ functions; none of them writes these tables directly.
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -479,7 +481,11 @@ class StartedSession:
 
 
 def session_start(
-    project_key: ProjectKey, *, workspace_slug: str, name: str | None = None
+    project_key: ProjectKey,
+    *,
+    workspace_slug: str,
+    name: str | None = None,
+    on_started: Callable[[Session], object] | None = None,
 ) -> StartedSession:
     """Attach a new session to a workspace under a name; it records ``project_key``.
 
@@ -496,7 +502,9 @@ def session_start(
     and is ended by it, or reads the revoked key and refuses. Starts with one
     key therefore queue on PostgreSQL for the few milliseconds of each
     other's transaction (the per-key rate limit bounds how many there are).
-    Each attempt is a transaction of its own, which no caller may wrap.
+    Each attempt is a transaction of its own, which no caller may wrap; a
+    caller that must write beside the new session, all or nothing, passes
+    ``on_started``, which runs inside that transaction.
     """
     workspace = (
         Workspace.objects.select_related("project")
@@ -506,34 +514,54 @@ def session_start(
     if workspace is None:
         raise WorkspaceNotFound(f"No workspace {workspace_slug!r} in this project.")
     if name is not None:
-        return _start_named(project_key, workspace, handle_check(name))
+        return _start_named(project_key, workspace, handle_check(name), on_started=on_started)
     # A generated name only needs to be free; on the rare clash draw another.
     for _ in range(20):
         try:
-            return _start_named(project_key, workspace, _generated_handle(), fresh_only=True)
+            return _start_named(
+                project_key, workspace, _generated_handle(), fresh_only=True, on_started=on_started
+            )
         except (NameInUse, NameTaken):
             continue
     raise NameInUse("Could not generate a free name; pass one explicitly.")
 
 
 def _start_named(
-    project_key: ProjectKey, workspace: Workspace, handle: str, *, fresh_only: bool = False
+    project_key: ProjectKey,
+    workspace: Workspace,
+    handle: str,
+    *,
+    fresh_only: bool = False,
+    on_started: Callable[[Session], object] | None = None,
 ) -> StartedSession:
+    attempt = functools.partial(
+        _try_start_named,
+        project_key,
+        workspace,
+        handle,
+        fresh_only=fresh_only,
+        on_started=on_started,
+    )
     try:
-        return _try_start_named(project_key, workspace, handle, fresh_only=fresh_only)
+        return attempt()
     except IntegrityError:
         # A racing start created the name or an open session first (possible on
         # PostgreSQL, where nothing locks a row that does not exist yet). Once
         # more, now that its row is visible, yields the accurate refusal.
         pass
     try:
-        return _try_start_named(project_key, workspace, handle, fresh_only=fresh_only)
+        return attempt()
     except IntegrityError:
         raise NameInUse(f"The name {handle!r} is held by a connected session.") from None
 
 
 def _try_start_named(
-    project_key: ProjectKey, workspace: Workspace, handle: str, *, fresh_only: bool
+    project_key: ProjectKey,
+    workspace: Workspace,
+    handle: str,
+    *,
+    fresh_only: bool,
+    on_started: Callable[[Session], object] | None,
 ) -> StartedSession:
     # One transaction per claim: on SQLite the IMMEDIATE transaction
     # serialises racing starts; on PostgreSQL the row lock on the name does,
@@ -565,6 +593,8 @@ def _try_start_named(
             last_seen_at=now,
             notes_watermark=watermark,
         )
+        if on_started is not None:
+            on_started(session)
         pause_point("session.started")
     session.workspace = workspace
     return StartedSession(session=session, token=token.raw)

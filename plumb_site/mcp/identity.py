@@ -8,8 +8,10 @@ Three ways, checked in this order:
   when there is none. An MCP client configured with one URL and three
   headers so acts as one stable name across restarts.
 * A project key without ``Plumb-Name``: a handshake-era ``initialize`` starts
-  a session under a generated name and returns its token as the
-  ``Mcp-Session-Id``; later requests of that MCP session carry it back.
+  a session under a generated name and returns an ``Mcp-Session-Id`` of its
+  own for it; later requests of that MCP session carry the id back, with the
+  key. The id is no credential (clients and proxies log it): it never works
+  as a bearer, and a token never works as an id.
 
 Credentials are checked by the REST API's own authentication classes, so a
 refusal names the same reason (``invalid_token``, ``key_revoked``,
@@ -32,11 +34,20 @@ from mailbox.api.auth import (
     ProjectKeyAuthentication,
     SessionTokenAuthentication,
     bearer_credential,
+    session_check_live,
+    session_for_mcp_session_id,
 )
 from mailbox.api.throttles import ProjectKeyRateThrottle, SessionRateThrottle
 from mailbox.errors import NameInUse
 from mailbox.models import ProjectKey, Session
-from mailbox.services import StartedSession, handle_check, session_start, session_touch
+from mailbox.services import (
+    OpenedMcpSession,
+    StartedSession,
+    handle_check,
+    mcp_session_open,
+    session_start,
+    session_touch,
+)
 from plumb_site.mcp.schemas import HANDLE, SLUG
 
 WORKSPACE_HEADER = "Plumb-Workspace"
@@ -96,20 +107,15 @@ def authenticate(request: HttpRequest, *, use_session_id: bool) -> Caller:
 
 
 def _session_from_id(session_id: str, key: ProjectKey) -> Session:
-    # The MCP session id is the session's own token (issued by initialize), so
-    # the server keeps no table of MCP sessions and any process can answer.
-    shim = SimpleNamespace(META={"HTTP_AUTHORIZATION": f"Bearer {session_id}"})
+    # The id maps to its session in the database (mailbox.McpSession), so any
+    # server process can answer, across restarts; ending the session ends it.
+    session = session_for_mcp_session_id(session_id, project=key.project)
     try:
-        parsed = bearer_credential(shim)
-        if parsed is None or parsed.kind != credentials.SESSION_TOKEN:
+        if session is None:
             raise exceptions.AuthenticationFailed("Unknown session id.", code="invalid_token")
-        session, _ = SessionTokenAuthentication().authenticate(shim)
+        session_check_live(session)
     except exceptions.AuthenticationFailed as refusal:
         raise SessionIdUnknown(refusal) from None
-    if session.workspace.project_id != key.project_id:
-        raise SessionIdUnknown(
-            exceptions.AuthenticationFailed("Unknown session id.", code="invalid_token")
-        )
     return session
 
 
@@ -170,11 +176,12 @@ def session_for_name(
     return started.session, started
 
 
-def start_generated(caller: Caller) -> StartedSession:
-    """A session under a generated name, for a handshake-era initialize without a name."""
+def start_generated(caller: Caller) -> OpenedMcpSession:
+    """A session under a generated name and its MCP session id, for a handshake-era
+    initialize without a name."""
     workspace = _checked(caller.workspace, WORKSPACE_HEADER, SLUG)
     _throttle(ProjectKeyRateThrottle(), caller.key)
-    return session_start(caller.key, workspace_slug=workspace, name=None)
+    return mcp_session_open(caller.key, workspace_slug=workspace)
 
 
 def _connected_session(key: ProjectKey, workspace: str, name: str) -> Session | None:

@@ -9,9 +9,9 @@ Each request chooses its era:
   tool name in the ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name``
   headers, which must agree with the body.
 
-The server keeps no protocol state between requests: an ``Mcp-Session-Id``
-is a session token (see ``identity``), so any server process can answer any
-request.
+The server keeps no protocol state in memory between requests: an
+``Mcp-Session-Id`` maps to its session in the database (see ``identity``),
+so any server process can answer any request.
 """
 
 from __future__ import annotations
@@ -60,10 +60,15 @@ META_FINGERPRINT = "dev.plumb/toolSchemaFingerprint"
 
 SERVER_INFO = {"name": "plumb", "version": "0.1.0"}
 CAPABILITIES = {"tools": {"listChanged": False}}
+# The short form of contrib/skills/plumb-chat/SKILL.md, for clients without the skill;
+# tests/mcp/test_skill.py keeps it short and its tool names real.
 INSTRUCTIONS = (
-    "plumb coordinates agents: private notes between sessions (leave_note, check_messages) "
-    "and shared, ordered rooms (send_message, read_messages). Call session_start first. "
-    "Notes waiting for you arrive in `notes` on every successful tool result."
+    'plumb coordinates agents. A note (leave_note) is private to one agent, or to "next": '
+    "whoever attaches to your workspace next; a room (send_message, read_messages) is a "
+    "shared, ordered record for a group. Call session_start first; notes for you arrive in "
+    "`notes` on every successful result. Delivery is by polling, so silence is not refusal: "
+    "never re-send. Use idempotency keys for retries and require_read for claims about a "
+    "room's state. Full etiquette: the plumb-chat skill (contrib/skills/plumb-chat)."
 )
 # How long a client may reuse tools/list and server/discover (2026-07-28
 # caching hints). The list changes only with a deploy; schema_stale reports it.
@@ -274,9 +279,10 @@ def _initialize(request: HttpRequest, params: dict) -> tuple[dict[str, Any], dic
     headers = {}
     if caller.key is not None and caller.name is None:
         # No name to act as: this MCP session gets a session of its own under a
-        # generated name; its token is the Mcp-Session-Id the client sends back.
-        started = identity.start_generated(caller)
-        headers[identity.SESSION_ID_HEADER] = started.token
+        # generated name, and an id for it that the client sends back (never
+        # the session's token: clients log session ids).
+        opened = identity.start_generated(caller)
+        headers[identity.SESSION_ID_HEADER] = opened.mcp_session_id
     result = {
         "protocolVersion": version,
         "capabilities": CAPABILITIES,

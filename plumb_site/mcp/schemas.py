@@ -65,7 +65,8 @@ def _number(
 _ROOM = _prop("string", "Room slug.", pattern=SLUG)
 _IDEMPOTENCY_KEY = _prop(
     ["string", "null"],
-    "Your key for this send: a retry with it returns the original, never a duplicate.",
+    "Your key for this send: a retry with it returns the original, never a duplicate. "
+    "A refused send does not use it up.",
     minLength=1,
     maxLength=limits.IDEMPOTENCY_KEY_MAX,
     pattern=PRINTABLE,
@@ -120,19 +121,26 @@ TOOLS: list[dict[str, Any]] = [
     _tool(
         "leave_note",
         'Send a private note to another agent by name, or to "next": whoever attaches to '
-        "your workspace next. Omit conversation_id to start a thread (to defaults to "
-        '"next"; the reply has the id), pass it to reply (to defaults to the one other '
-        "participant). Threads are capped: see exchanges_left. Delivery is exactly once, "
-        "when the recipient next calls plumb; silence is not refusal, so do not re-send. "
-        "Secrets in the body are redacted.",
+        "your workspace next. A name with a connected session gets the note bound to that "
+        "exact session; otherwise it waits for the name. Delivery is by polling, exactly "
+        "once: the recipient gets it with its next plumb call (check_messages, session_start "
+        "or any other). Silence is not refusal: do not re-send. A thread holds at most its "
+        "project's max_exchanges notes (see exchanges_left); beyond that, notes are refused. "
+        "Requires the mailbox on in both projects, and, for a name in another project, that "
+        "project's opt-in to yours. Secrets in the body are scrubbed. Etiquette: the "
+        "plumb-chat skill.",
         {
             "body": _prop("string", f"Text, at most {limits.BODY_MAX_BYTES} bytes.", minLength=1),
             "to": _prop(
-                ["string", "null"], 'A name, or "next".', minLength=1, maxLength=limits.NAME_MAX
+                ["string", "null"],
+                'A name or "next". Omitted: "next" on a new thread; on a reply, the one other '
+                "participant (refused if there are none or several).",
+                minLength=1,
+                maxLength=limits.NAME_MAX,
             ),
             "conversation_id": _prop(
                 ["string", "null"],
-                "Thread to reply in.",
+                "Reply in this thread; omit to start one (the result has its id).",
                 minLength=1,
                 maxLength=limits.PUBLIC_ID_MAX,
             ),
@@ -196,13 +204,14 @@ TOOLS: list[dict[str, Any]] = [
     _tool("leave_room", "Leave a room.", {"room": _ROOM}, ("room",)),
     _tool(
         "send_message",
-        "Post markdown to a room you joined; @handle mentions a member (not in code). "
-        "latest_seq is the room head (every event counts, yours too), not an unread signal; "
-        "unseen_before_send counts messages from others you had not read (fetch them with "
-        "read_messages). require_read: true refuses the send (unread_messages, listing them) "
-        "while messages or reviews from others follow after_seq or your read position: use it "
-        "when stating status, rounds or verdicts. Check mentions and unresolved_mentions: "
-        "a handle that looks right may not resolve.",
+        f"Post markdown to a room you have joined (max {limits.BODY_MAX_BYTES // 1024} KB); "
+        "returns the stored message with its seq. @handle mentions a member, but not inside "
+        "code: wrap @-identifiers of code in backticks. latest_seq is the room head (every "
+        "event counts, yours too), not an unread signal; unseen_before_send counts messages "
+        "from others you had not read (fetch them with read_messages). unresolved_mentions "
+        "lists @tokens that matched no member, as typed. Display names may carry invisible "
+        "characters: a mention can look right yet resolve to someone else or to no one, so "
+        "when it matters, check the resolved mentions.",
         {
             "room": _ROOM,
             "body": _prop(
@@ -213,9 +222,18 @@ TOOLS: list[dict[str, Any]] = [
             ),
             "idempotency_key": _IDEMPOTENCY_KEY,
             "after_seq": _number(
-                room_io.MessageSendInput, "after_seq", "Last latest_seq you read."
+                room_io.MessageSendInput,
+                "after_seq",
+                "The last latest_seq you read: unseen_before_send and require_read count from "
+                "here instead of your read position.",
             ),
-            "require_read": _prop("boolean"),
+            "require_read": _prop(
+                "boolean",
+                "true when your message makes a claim about the room's state (status, round, "
+                "verdict, who owns what): while messages or reviews from others follow "
+                "after_seq (or your read position), the send is refused (unread_messages, "
+                "listing them; nothing posted). Read them, then send again.",
+            ),
         },
         ("room", "body"),
     ),

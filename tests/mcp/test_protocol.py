@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 
 from mailbox.models import AgentName, Session
-from mailbox.services import key_revoke, session_end
+from mailbox.services import key_revoke, mcp_session_open
 from plumb_site.mcp.protocol import SUPPORTED_VERSIONS
 from tests.factories import SessionFactory, WorkspaceFactory
 
@@ -235,26 +235,10 @@ def test_initialize_negotiates_a_handshake_version(requested, answered, headers)
     assert result["protocolVersion"] == answered
     assert result["capabilities"] == {"tools": {"listChanged": False}}
     assert result["serverInfo"]["name"] == "plumb"
-    # A named connection needs no MCP session: every request says who it is.
+    # A named connection needs no MCP session: every request says who it is
+    # (tests/mcp/test_session_ids.py has the connections that do).
     assert "Mcp-Session-Id" not in response
     assert not Session.objects.exists()
-
-
-def test_initialize_without_a_name_starts_a_session_tied_to_the_session_id(project_key, workspace):
-    headers = {"Authorization": f"Bearer {project_key.raw_key}", "Plumb-Workspace": "main"}
-
-    response = post(rpc("initialize", {"protocolVersion": "2025-11-25"}), headers)
-
-    assert response.status_code == 200
-    session_id = response["Mcp-Session-Id"]
-    session = Session.objects.get()
-    assert session_id.startswith("plumb_tok_")
-    headers["Mcp-Session-Id"] = session_id
-    call = rpc("tools/call", {"name": "session_start", "arguments": {}})
-    result = post(call, {**headers, "MCP-Protocol-Version": "2025-11-25"}).json()["result"]
-    assert result["structuredContent"]["session"]["id"] == session.public_id
-    assert result["structuredContent"]["session"]["name"] == session.name.handle
-    assert Session.objects.count() == 1
 
 
 def test_initialize_without_a_name_or_workspace_is_refused(project_key, workspace):
@@ -268,34 +252,6 @@ def test_initialize_without_a_name_or_workspace_is_refused(project_key, workspac
     assert error["data"]["error"]["code"] == "validation_error"
     assert "Plumb-Workspace" in error["data"]["error"]["details"]
     assert not Session.objects.exists()
-
-
-def test_an_ended_session_id_answers_404_so_the_client_initializes_again(project_key, workspace):
-    session = SessionFactory(workspace=workspace, name="gone")
-    session_end(session)
-    headers = {
-        "Authorization": f"Bearer {project_key.raw_key}",
-        "Plumb-Workspace": "main",
-        "Mcp-Session-Id": session.raw_token,
-    }
-
-    response = post(rpc("tools/list"), headers)
-
-    assert response.status_code == 404
-    assert error_of(response)["data"]["error"]["code"] == "session_ended"
-
-
-def test_a_session_id_of_another_project_answers_404(project_key, workspace):
-    stranger = SessionFactory(workspace=WorkspaceFactory(slug="elsewhere"), name="stranger")
-    headers = {
-        "Authorization": f"Bearer {project_key.raw_key}",
-        "Mcp-Session-Id": stranger.raw_token,
-    }
-
-    response = post(rpc("tools/list"), headers)
-
-    assert response.status_code == 404
-    assert error_of(response)["data"]["error"]["code"] == "invalid_token"
 
 
 def test_an_unsupported_version_header_is_refused_in_the_handshake_era(headers):
@@ -681,9 +637,9 @@ def test_a_tool_that_crashes_answers_an_internal_error_not_a_page(headers, works
     assert "boom" not in error["message"]
 
 
-def test_the_stateless_era_ignores_a_session_id(headers, workspace, agent_session):
+def test_the_stateless_era_ignores_a_session_id(headers, workspace, project_key):
     del headers["Plumb-Name"]
-    headers["Mcp-Session-Id"] = agent_session.raw_token
+    headers["Mcp-Session-Id"] = mcp_session_open(project_key, workspace_slug="main").mcp_session_id
 
     response = modern("tools/call", {"name": "list_rooms", "arguments": {}}, headers)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from mailbox.models import Note, Session
+from mailbox.models import McpSession, Note, Session
 from rooms.models import Event, Message
 from tests.factories import SessionFactory
 from tests.mcp.conftest import (
@@ -207,8 +207,9 @@ def test_a_handshake_client_without_a_name_acts_as_a_generated_session(world, mc
     first, rooms, again = run_client(mcp_url, headers, "legacy", body)
 
     session = Session.objects.get()
+    assert McpSession.objects.get().session == session  # the id the client carried back
     assert first["session"]["name"] == session.name.handle
-    assert first["token"] is None  # the token went out as the Mcp-Session-Id
+    assert first["token"] is None  # initialize started it; its token goes to no one
     assert again["session"]["id"] == first["session"]["id"]
     assert rooms["event"]["actor"]["handle"] == session.name.handle
 
