@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 
 from django.conf import settings
 from django.db import connections
+
+from common import metrics
 
 
 class RequestGate:
@@ -36,11 +39,17 @@ class RequestGate:
 
     @contextlib.contextmanager
     def admitted(self) -> Iterator[None]:
-        """Run the block as one of the process's active requests."""
+        """Run the block as one of the process's active requests.
+
+        The wait for a turn is observed (``plumb_gate_wait_seconds``): a
+        growing wait says the process has more work than its turns.
+        """
         if self._slots is None or self.holds():
             yield
             return
+        started = time.perf_counter()
         self._slots.acquire()
+        metrics.GATE_WAIT_SECONDS.observe(time.perf_counter() - started)
         self._holders.held = True
         try:
             yield

@@ -27,6 +27,16 @@ def optin_allows(project: Project, *, source: Project) -> bool:
     return CrossProjectOptIn.objects.filter(project=project, source=source).exists()
 
 
+def notes_pending_count() -> int:
+    """How many notes wait for delivery, in one query.
+
+    Every pending note is in the partial index ``note_pending_next`` (its
+    condition is only ``delivered_at IS NULL``), so the count reads the
+    pending notes, never the delivered history.
+    """
+    return Note.objects.filter(delivered_at__isnull=True).count()
+
+
 def project_list() -> QuerySet[Project]:
     """Every project, by slug."""
     return Project.objects.order_by("slug")

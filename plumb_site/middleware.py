@@ -6,13 +6,15 @@ and Django answers those with HTML. For API paths this middleware, placed
 outermost, rewrites any non-JSON error response into the one error shape.
 """
 
+import time
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
+from common import metrics
 from common.errors import error_response
 
-API_PREFIXES = ("/api/", "/mcp", "/healthz")
+API_PREFIXES = ("/api/", "/mcp", "/healthz", "/metrics")
 
 _CODES = {
     400: ("bad_request", "The request was malformed."),
@@ -43,4 +45,22 @@ class ApiErrorMiddleware:
                 if header in response:
                     replacement[header] = response[header]
             return replacement
+        return response
+
+
+class RequestMetricsMiddleware:
+    """Counts every answered request and how long it took (``GET /metrics``).
+
+    Outside the error middleware, so the status counted is the one sent. The
+    operation is the URL's name (``notes``, ``room-messages``,
+    ``admin:index``), or what the MCP endpoint named (``mcp:send_message``).
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        started = time.perf_counter()
+        response = self.get_response(request)
+        metrics.request_observe(request, response.status_code, time.perf_counter() - started)
         return response

@@ -55,6 +55,18 @@ def env_rate(name: str, default: str) -> str | None:
     return raw
 
 
+def metrics_token() -> str | None:
+    """PLUMB_METRICS_TOKEN: the bearer token GET /metrics asks for; unset, it is open."""
+    raw = os.environ.get("PLUMB_METRICS_TOKEN", "")
+    if raw == "":
+        return None
+    if len(raw) < 16 or not raw.isascii() or not raw.isprintable() or " " in raw:
+        raise ImproperlyConfigured(
+            "PLUMB_METRICS_TOKEN must be at least 16 printable ASCII characters without spaces."
+        )
+    return raw
+
+
 def secret_key() -> str:
     """Use SECRET_KEY when set; otherwise generate one into var/ so local runs are stable."""
     configured = os.environ.get("SECRET_KEY")
@@ -105,6 +117,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Below WhiteNoise, so static files are not counted as requests.
+    "plumb_site.middleware.RequestMetricsMiddleware",
     "plumb_site.middleware.ApiErrorMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -256,6 +270,13 @@ SPECTACULAR_SETTINGS = {
         }
     },
 }
+
+# GET /metrics (common/metrics.py). Open when no token is set: bind plumb to
+# loopback or set one. Several gunicorn processes write their values into
+# PLUMB_METRICS_DIR (plumb_site/gunicorn_config.py points prometheus-client's
+# PROMETHEUS_MULTIPROC_DIR at it and empties it at start), and a scrape sums them.
+PLUMB_METRICS_TOKEN = metrics_token()
+PLUMB_METRICS_DIR = VAR_DIR / "metrics"
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 

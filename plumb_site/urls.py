@@ -23,6 +23,7 @@ api_patterns = [
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", views.metrics, name="metrics"),
     path("mcp", include("plumb_site.mcp.urls")),
     path("api/v1/", include(api_patterns)),
     path("admin/", admin.site.urls),

@@ -8,6 +8,7 @@ agent, which is the point; it is not a billing meter.
 from django.conf import settings
 from rest_framework.throttling import SimpleRateThrottle
 
+from common import metrics
 from mailbox.models import ProjectKey, Session
 
 
@@ -24,6 +25,11 @@ class _CredentialRateThrottle(SimpleRateThrottle):
         if not isinstance(credential, self.credential_type):
             return None
         return f"throttle_{self.scope}_{credential.pk}"
+
+    def throttle_failure(self) -> bool:
+        # REST views and MCP tools both refuse through here (plumb_throttled_total).
+        metrics.THROTTLED.labels(self.scope).inc()
+        return super().throttle_failure()
 
 
 class SessionRateThrottle(_CredentialRateThrottle):

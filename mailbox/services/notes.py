@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from common import metrics
 from common.bodies import body_prepare, idempotency_key_check
 from common.errors import ValidationFailed
 from common.pause import pause_point
@@ -111,6 +112,8 @@ def note_leave(
             raise
         replay.scrubbed = prepared.scrubbed
         return replay
+    # _store's transaction is durable: the note is committed by now.
+    metrics.NOTES_SENT.inc()
     left.scrubbed = prepared.scrubbed
     return left
 
@@ -388,6 +391,9 @@ def notes_claim(session: Session) -> list[Note]:
     )
     if not claimed:
         return []
+    # Counted once the claim is committed: a caller's transaction that rolls
+    # back leaves the notes pending, and uncounted.
+    transaction.on_commit(lambda: metrics.NOTES_DELIVERED.inc(claimed))
     notes = list(
         Note.objects.filter(claim=claim)
         .select_related(
@@ -420,13 +426,21 @@ def notes_wait(session: Session, *, wait: float) -> list[Note]:
         # The authentication hint predates the wake-up generation read below;
         # a note committed in between would wake no one, so waiters look.
         session.notes_maybe_pending = True
-    while True:
-        generation = wakeups.current_generation()
-        notes = notes_claim(session)
-        remaining = deadline - time.monotonic()
-        if notes or remaining <= 0:
-            return notes
-        wakeups.wait(generation, min(wakeups.POLL_INTERVAL, remaining))
+    waiting = False  # counted in plumb_polls_waiting from the first sleep to the answer
+    try:
+        while True:
+            generation = wakeups.current_generation()
+            notes = notes_claim(session)
+            remaining = deadline - time.monotonic()
+            if notes or remaining <= 0:
+                return notes
+            if not waiting:
+                waiting = True
+                metrics.POLLS_WAITING.inc()
+            wakeups.wait(generation, min(wakeups.POLL_INTERVAL, remaining))
+    finally:
+        if waiting:
+            metrics.POLLS_WAITING.dec()
 
 
 def notes_unbind(session_ids: list[int]) -> None:

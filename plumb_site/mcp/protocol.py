@@ -25,11 +25,12 @@ from typing import Any
 from django.http import HttpRequest
 from rest_framework import exceptions as drf
 
+from common import metrics
 from common.errors import PlumbError, exception_handler
 from common.schema import schema_fingerprint
 from mailbox.api.auth import REALM
 from plumb_site.mcp import identity, tools
-from plumb_site.mcp.schemas import TOOLS
+from plumb_site.mcp.schemas import TOOLS, TOOLS_BY_NAME
 
 logger = logging.getLogger("plumb.mcp")
 
@@ -122,7 +123,9 @@ def handle(request: HttpRequest, message: Any) -> Reply:
     if not isinstance(message["method"], str):
         return error_reply(400, INVALID_REQUEST, "method must be a string.")
     if "id" not in message:
+        metrics.label_request(request, operation="mcp:notification")
         return Reply(202)  # notifications change nothing here
+    metrics.label_request(request, operation=_operation(message["method"], message.get("params")))
     request_id = message["id"]
     if isinstance(request_id, bool) or not isinstance(request_id, str | int):
         return error_reply(400, INVALID_REQUEST, "id must be a string or an integer.")
@@ -163,6 +166,21 @@ def _refusal(exc: Exception, request_id: Any) -> Reply:
     if response.has_header("Retry-After"):
         reply.headers["Retry-After"] = response["Retry-After"]
     return reply
+
+
+def _operation(method: str, params: Any) -> str:
+    """What the request metrics call this message: its tool, else its method.
+
+    Only names plumb knows become labels, so a client cannot grow the metrics
+    by inventing methods or tools.
+    """
+    if method == "tools/call" and isinstance(params, dict):
+        name = params.get("name")
+        if isinstance(name, str) and name in TOOLS_BY_NAME:
+            return f"mcp:{name}"
+    if method in _LEGACY_METHODS or method in _MODERN_METHODS:
+        return f"mcp:{method}"
+    return "mcp:unknown"
 
 
 # --- eras --------------------------------------------------------------------------
@@ -263,9 +281,12 @@ def _dispatch(
     if not isinstance(arguments, dict):
         raise RpcError(INVALID_PARAMS, "params.arguments must be an object.")
     try:
-        result = tools.call_tool(caller, name, arguments, request.headers.get(FINGERPRINT_HEADER))
+        result, status = tools.call_tool(
+            caller, name, arguments, request.headers.get(FINGERPRINT_HEADER)
+        )
     except tools.UnknownTool:
         raise RpcError(INVALID_PARAMS, f"Unknown tool {name!r}.") from None
+    metrics.label_request(request, status=status)
     return result, {}
 
 

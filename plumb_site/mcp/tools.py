@@ -40,8 +40,10 @@ class UnknownTool(Exception):
 
 def call_tool(
     caller: identity.Caller, name: str, arguments: dict[str, Any], header_fingerprint: str | None
-) -> dict[str, Any]:
-    """Run one tool for ``caller``; returns the ``CallToolResult`` fields.
+) -> tuple[dict[str, Any], int]:
+    """Run one tool for ``caller``; returns the ``CallToolResult`` fields and the
+    status REST would have answered (for the request metrics: a domain error is
+    a successful JSON-RPC response, but the 409 it stands for is what counts).
 
     Authentication and rate-limit refusals (DRF ``AuthenticationFailed`` and
     ``Throttled``) propagate: they are answered at the HTTP level, like REST.
@@ -62,9 +64,10 @@ def call_tool(
             session, _ = identity.acting_session(caller)
             identity.check_session_rate(session)
             payload = _HANDLERS[name](session, checked)
-        is_error = False
+        is_error, status = False, 200
     except (PlumbError, drf.ValidationError) as exc:
-        payload, is_error = dict(exception_handler(exc, {"view": None}).data), True
+        refusal = exception_handler(exc, {"view": None})
+        payload, is_error, status = dict(refusal.data), True, refusal.status_code
     envelope(payload, session=session, fingerprint=fingerprint, success=not is_error)
     # One encoding for both forms: DRF's output may hold types plain json refuses.
     text = json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False)
@@ -72,7 +75,7 @@ def call_tool(
         "content": [{"type": "text", "text": text}],
         "structuredContent": json.loads(text),
         "isError": is_error,
-    }
+    }, status
 
 
 # --- sessions and the mailbox ------------------------------------------------------

@@ -29,6 +29,8 @@ import time
 
 from django.db.backends.sqlite3 import base, creation
 
+from common import metrics
+
 # Longest sleep between two looks at the lock file when no wake-up came.
 _NAP_SECONDS = 0.005
 _guard = threading.Lock()
@@ -133,7 +135,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if self.is_in_memory_db():
             return super()._start_transaction_under_autocommit()
         queue = _queue_for(str(self.settings_dict["NAME"]))
+        started = time.perf_counter()
         held = queue.enter(float(self.settings_dict["OPTIONS"].get("timeout", 5)))
+        # plumb_sqlite_writer_wait_seconds: how long writers queue for each other.
+        metrics.SQLITE_WRITER_WAIT_SECONDS.observe(time.perf_counter() - started)
         self._queued = (queue, *held)
         try:
             super()._start_transaction_under_autocommit()

@@ -17,6 +17,7 @@ from django.db.models import BigIntegerField, F, FilteredRelation, OuterRef, Q, 
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from common import metrics
 from common.bodies import body_prepare, idempotency_key_check
 from common.errors import ValidationFailed
 from common.pause import pause_point
@@ -117,6 +118,9 @@ def message_send(
             )
         if sent is None:
             raise
+    if not sent.replayed:
+        # _send_locked's transaction is durable: the message is committed by now.
+        metrics.ROOM_MESSAGES_SENT.inc()
     sent.scrubbed = prepared.scrubbed
     return sent
 

@@ -11,11 +11,13 @@ import multiprocessing
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from django.db.backends.sqlite3.base import SQLiteCursorWrapper
 from django.db.utils import ConnectionHandler, OperationalError
+from prometheus_client import REGISTRY
 
 from plumb_site.sqlite import base as queue_backend
 
@@ -128,6 +130,41 @@ def test_the_queue_is_left_however_the_transaction_ends(database, end):
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if still held
     fcntl.flock(fd, fcntl.LOCK_UN)
     wrapper.close()
+
+
+def _writer_waits() -> tuple[float, float]:
+    """(count, sum) of plumb_sqlite_writer_wait_seconds in this process."""
+    count = REGISTRY.get_sample_value("plumb_sqlite_writer_wait_seconds_count") or 0.0
+    return count, REGISTRY.get_sample_value("plumb_sqlite_writer_wait_seconds_sum") or 0.0
+
+
+def test_the_wait_in_the_queue_is_observed_once_per_transaction(database):
+    holding = threading.Event()
+
+    def hold() -> None:
+        holder = _wrapper(database)
+        holder.ensure_connection()
+        holder._start_transaction_under_autocommit()
+        holding.set()
+        time.sleep(0.3)
+        holder.commit()
+        holder.close()
+
+    waiter = _wrapper(database)
+    waiter.ensure_connection()
+    count_before, sum_before = _writer_waits()
+    holder_thread = threading.Thread(target=hold)
+    holder_thread.start()
+    assert holding.wait(10)
+
+    waiter._start_transaction_under_autocommit()  # queues until the holder commits
+    waiter.commit()
+    holder_thread.join(10)
+
+    count_after, sum_after = _writer_waits()
+    assert count_after - count_before == 2  # the holder's transaction and the waiter's
+    assert sum_after - sum_before >= 0.25
+    waiter.close()
 
 
 def test_the_queue_is_left_when_begin_fails(database):

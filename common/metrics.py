@@ -1,0 +1,108 @@
+"""What plumb counts for ``GET /metrics`` (Prometheus text format).
+
+It lives on the floor because every floor counts: the request gate
+(``common``), notes (``mailbox``), room sends (``rooms``), requests and the
+SQLite writer queue (``plumb_site``). The roof serves the scrape
+(``plumb_site.views.metrics``) and adds what is computed then (pending notes).
+
+**Cost on the hot path.** Counting is an addition to a value in memory under
+one lock: no query, no I/O, no allocation past the first use of a label set.
+With several server processes (``make serve``) prometheus-client's
+multiprocess mode keeps each process's values in a memory-mapped file under
+``PROMETHEUS_MULTIPROC_DIR`` (``plumb_site/gunicorn_config.py`` sets it before
+the workers start, so this module is imported with it set), and a scrape,
+whichever process answers it, sums the files of every process. Without that
+variable (tests, ``runserver``, one process) the values stay in this process.
+
+**Labels stay bounded.** Operations are URL names and MCP tool and method
+names, never paths or anything else a client chose; methods outside HTTP's
+usual few count as ``other``.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from prometheus_client import Counter, Gauge, Histogram
+
+# Long-polls answer after up to 30 s, so requests need buckets that far.
+_REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_WAIT_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30)
+_LABELS = ("operation", "method", "status")
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+REQUESTS = Counter(
+    "plumb_requests",
+    "Requests answered, by operation (URL name, or mcp:<tool or method>), method and status.",
+    _LABELS,
+)
+REQUEST_SECONDS = Histogram(
+    "plumb_request_duration_seconds",
+    "Time from the first middleware to the response, by operation, method and status "
+    "(the request gate's wait is plumb_gate_wait_seconds).",
+    _LABELS,
+    buckets=_REQUEST_BUCKETS,
+)
+NOTES_SENT = Counter("plumb_notes_sent", "Notes stored (idempotent replays are not counted).")
+NOTES_DELIVERED = Counter("plumb_notes_delivered", "Notes delivered to a session.")
+ROOM_MESSAGES_SENT = Counter(
+    "plumb_room_messages_sent", "Room messages stored (idempotent replays are not counted)."
+)
+POLLS_WAITING = Gauge(
+    "plumb_polls_waiting",
+    "check_messages calls waiting for a note right now (REST and MCP).",
+    # Summed over the processes alive now: a worker that died waits for nothing.
+    multiprocess_mode="livesum",
+)
+THROTTLED = Counter(
+    "plumb_throttled", "Calls refused with 429 by a rate limit, by limit.", ("limit",)
+)
+GATE_WAIT_SECONDS = Histogram(
+    "plumb_gate_wait_seconds",
+    "Time a request waited for its process's request gate (common/gate.py).",
+    buckets=_WAIT_BUCKETS,
+)
+SQLITE_WRITER_WAIT_SECONDS = Histogram(
+    "plumb_sqlite_writer_wait_seconds",
+    "Time a write transaction queued before asking SQLite for its lock (plumb_site/sqlite).",
+    buckets=_WAIT_BUCKETS,
+)
+
+# A request's labels, as the MCP endpoint sets them (see ``label_request``).
+_OPERATION_ATTRIBUTE = "plumb_metrics_operation"
+_STATUS_ATTRIBUTE = "plumb_metrics_status"
+# ``labels()`` checks and converts its arguments under a lock on every call,
+# which cost more than the increments themselves: each label set's pair of
+# values is looked up once per process and kept here (bounded, see above).
+_request_children: dict[tuple[str, str, str], tuple] = {}
+
+
+def label_request(
+    request: HttpRequest, *, operation: str | None = None, status: int | None = None
+) -> None:
+    """Name what ``request`` did, where its URL does not say it.
+
+    One URL serves every MCP tool, and a tool's domain error is a 200 HTTP
+    response: the endpoint names the tool and the REST status here.
+    """
+    if operation is not None:
+        setattr(request, _OPERATION_ATTRIBUTE, operation)
+    if status is not None:
+        setattr(request, _STATUS_ATTRIBUTE, status)
+
+
+def request_observe(request: HttpRequest, status: int, seconds: float) -> None:
+    """Count one answered request and its duration."""
+    operation = getattr(request, _OPERATION_ATTRIBUTE, None)
+    if operation is None:
+        match = request.resolver_match
+        operation = match.view_name if match is not None else "unmatched"
+    method = request.method if request.method in _METHODS else "other"
+    labels = (operation, method, str(getattr(request, _STATUS_ATTRIBUTE, status)))
+    children = _request_children.get(labels)
+    if children is None:
+        children = _request_children.setdefault(
+            labels, (REQUESTS.labels(*labels), REQUEST_SECONDS.labels(*labels))
+        )
+    count, duration = children
+    count.inc()
+    duration.observe(seconds)
