@@ -55,6 +55,16 @@ def env_rate(name: str, default: str) -> str | None:
     return raw
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {raw!r}.")
+    return value
+
+
 def metrics_token() -> str | None:
     """PLUMB_METRICS_TOKEN: the bearer token GET /metrics asks for; unset, it is open."""
     raw = os.environ.get("PLUMB_METRICS_TOKEN", "")
@@ -280,11 +290,16 @@ PLUMB_METRICS_DIR = VAR_DIR / "metrics"
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+# plain: one line of text per record; json: one JSON object per line (common/logs.py).
+LOG_FORMAT = env_choice("LOG_FORMAT", "plain", ("plain", "json"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "common.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO").upper()},
     "loggers": {
         # Django's request logger prints the request line; tokens never travel in
