@@ -25,12 +25,15 @@ $(STAMP): requirements.txt
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
+# plumb_site/gunicorn_config.py: metrics summed over the processes (var/metrics/,
+# emptied at start) and gunicorn's own log lines in LOG_FORMAT.
 serve: install
 	$(BIN)/python manage.py migrate --noinput --verbosity 0
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py plumb bootstrap
-	$(BIN)/gunicorn plumb_site.wsgi --bind $(HOST):$(PORT) --workers $(WEB_CONCURRENCY) \
-		--threads $(THREADS) --access-logfile - --graceful-timeout 5 --no-control-socket
+	$(BIN)/gunicorn plumb_site.wsgi --config python:plumb_site.gunicorn_config \
+		--bind $(HOST):$(PORT) --workers $(WEB_CONCURRENCY) --threads $(THREADS) \
+		--access-logfile - --graceful-timeout 5 --no-control-socket
 
 lint: install
 	$(BIN)/ruff check .

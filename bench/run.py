@@ -352,6 +352,10 @@ def start_server(cfg: Config, env: dict[str, str], workdir: Path, name: str) -> 
         "--no-control-socket",
         "--log-level", "warning",
     ]  # fmt: skip
+    # As `make serve` runs it (metrics summed over processes, so their cost is
+    # measured too), where the code under test has the configuration.
+    if (cfg.app_dir / "plumb_site" / "gunicorn_config.py").exists():
+        command += ["--config", "python:plumb_site.gunicorn_config"]
     process = subprocess.Popen(
         command,
         cwd=cfg.app_dir,

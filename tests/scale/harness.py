@@ -168,8 +168,10 @@ class PlumbServer:
         workdir: Path,
         workers: int = WORKERS,
         threads: int = THREADS,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.db_url = db_url
+        self.extra_env = extra_env or {}
         self.workdir = workdir
         self.workers = workers
         self.threads = threads
@@ -206,6 +208,7 @@ class PlumbServer:
             LOG_LEVEL="WARNING",
             PYTHONUNBUFFERED="1",
         )
+        env.update(self.extra_env)
         return env
 
     def start(self) -> PlumbServer:
@@ -228,6 +231,8 @@ class PlumbServer:
             command = [
                 _gunicorn(),
                 "plumb_site.wsgi",
+                "--config",
+                "python:plumb_site.gunicorn_config",
                 "--workers",
                 str(self.workers),
                 "--threads",

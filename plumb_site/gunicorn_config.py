@@ -1,0 +1,84 @@
+"""gunicorn's settings for plumb: ``gunicorn -c python:plumb_site.gunicorn_config``.
+
+``make serve``, ``bench/run.py`` and the scale tests' harness start gunicorn
+with it; the address, processes and threads stay on their command lines. It
+runs in gunicorn's master process, before any worker starts:
+
+* **Metrics from every process.** prometheus-client decides when it is first
+  imported whether values live in process memory or in files, so
+  ``PROMETHEUS_MULTIPROC_DIR`` is set here (``PLUMB_METRICS_DIR``, i.e.
+  ``var/metrics/``, unless the environment names another folder), and every
+  worker inherits it. ``GET /metrics``, whichever worker answers, sums every
+  worker's file. The folder is emptied at start, so an earlier run's counts
+  never add up with this one's; a worker that exits takes its "live" gauges
+  (waiting polls) with it, and leaves its counters to the totals.
+* **JSON logs.** With ``LOG_FORMAT=json`` gunicorn's own lines (start,
+  workers, errors, the access log) are JSON objects like plumb's, and each
+  access line carries ``method``, ``path``, ``status`` and ``duration_ms``.
+  Where the lines go (``--access-logfile``, ``--error-logfile``) is left as
+  the command line says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from gunicorn import glogging
+
+from common.logs import JsonFormatter
+from plumb_site import settings as plumb_settings
+
+METRICS_DIR = Path(
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(plumb_settings.PLUMB_METRICS_DIR))
+)
+
+
+def on_starting(server: object) -> None:
+    """Empty the metrics folder of an earlier run's files (only those: it may be shared)."""
+    METRICS_DIR.mkdir(parents=True, exist_ok=True)
+    for stale in METRICS_DIR.glob("*.db"):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+
+
+def child_exit(server: object, worker: object) -> None:
+    """A worker is gone: its waiting polls are not waiting any more."""
+    from prometheus_client import multiprocess  # imported once the folder is set
+
+    multiprocess.mark_process_dead(worker.pid, path=str(METRICS_DIR))
+
+
+class _AccessFields(logging.Filter):
+    """Copy the request's fields from gunicorn's access-log atoms onto the record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        atoms = record.args
+        if isinstance(atoms, Mapping):
+            status = str(atoms["s"])
+            record.method = atoms["m"]
+            record.path = atoms["U"]
+            record.status = int(status) if status.isdigit() else status
+            record.duration_ms = round(atoms["D"] / 1000, 3)  # D: microseconds
+        return True
+
+
+class Logger(glogging.Logger):
+    """gunicorn's logger, writing through plumb's JSON formatter when LOG_FORMAT=json."""
+
+    def setup(self, cfg: object) -> None:
+        super().setup(cfg)
+        if plumb_settings.LOG_FORMAT != "json":
+            return
+        formatter = JsonFormatter()
+        for log in (self.error_log, self.access_log):
+            for handler in log.handlers:
+                handler.setFormatter(formatter)
+        if not any(isinstance(f, _AccessFields) for f in self.access_log.filters):
+            self.access_log.addFilter(_AccessFields())
+
+
+logger_class = Logger
