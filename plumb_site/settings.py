@@ -109,7 +109,8 @@ CSRF_TRUSTED_ORIGINS = [
 ]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # django.contrib.admin, with plumb's site: the home page shows the system at a glance.
+    "plumb_site.apps.PlumbAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -1,0 +1,165 @@
+"""plumb's admin site: Django's, with the system at a glance on its home page.
+
+Installed through ``plumb_site.apps.PlumbAdminConfig``, so ``admin.site``
+and every ``@admin.register`` in the apps are this site.
+
+The home page's "at a glance" panel (``templates/admin/plumb/glance.html``)
+has a row per project, and one for all of them: connected sessions, pending
+notes, messages in the last hour and day, and a chart of messages and notes
+per hour over the last 24 hours. The figures come from ``rooms.activity``
+(a fixed number of queries); this module turns them into what the template
+draws: the bars of an inline SVG chart (drawn on the server: no script, no
+file to fetch) and links only where the user may follow them. Moderators
+see every figure, but no link to projects or sessions, which they may not
+open.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from rooms.activity import Activity, ProjectActivity, activity_by_project
+
+# The chart, in SVG user units (CSS pixels at the size it is drawn).
+BAR_WIDTH = 7
+BAR_GAP = 2
+CHART_HEIGHT = 32
+# Room above the tallest bar, so it does not touch the row's edge.
+HEADROOM = 2
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One hour: its messages stacked under its notes."""
+
+    x: int
+    title: str
+    messages_y: int
+    messages_height: int
+    notes_y: int
+    notes_height: int
+
+
+@dataclass(frozen=True)
+class Chart:
+    width: int
+    height: int
+    baseline: float  # the axis line's middle
+    bars: list[Bar]
+    peak: int
+    label: str
+
+
+class PlumbAdminSite(admin.AdminSite):
+    def index(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> TemplateResponse:
+        """The home page, with each project's figures above the app list."""
+        return super().index(request, {**glance_context(request), **(extra_context or {})})
+
+
+def glance_context(request: HttpRequest) -> dict[str, Any]:
+    """What the home page adds to its context: ``glance`` (see the module's doc)."""
+    user = request.user
+    activity = activity_by_project()
+    may_open_projects = user.has_perm("mailbox.view_project")
+    may_open_sessions = user.has_perm("mailbox.view_session")
+    rows = [
+        _row(
+            figures,
+            activity,
+            project_url=(
+                reverse("admin:mailbox_project_change", args=[figures.pk])
+                if may_open_projects
+                else None
+            ),
+            sessions_url=(_sessions_url(project=figures.slug) if may_open_sessions else None),
+        )
+        for figures in activity.projects
+    ]
+    total = _row(
+        activity.total,
+        activity,
+        project_url=None,
+        sessions_url=_sessions_url() if may_open_sessions else None,
+    )
+    return {
+        "glance": {
+            "rows": rows,
+            "total": total,
+            "since": activity.hours[0],
+            "bar_width": BAR_WIDTH,
+        }
+    }
+
+
+def _sessions_url(project: str | None = None) -> str:
+    query = {"connected": "yes"} | ({"project": project} if project else {})
+    return f"{reverse('admin:mailbox_session_changelist')}?{urlencode(query)}"
+
+
+def _row(
+    figures: ProjectActivity,
+    activity: Activity,
+    *,
+    project_url: str | None,
+    sessions_url: str | None,
+) -> dict[str, Any]:
+    return {
+        "figures": figures,
+        "project_url": project_url,
+        "sessions_url": sessions_url,
+        "chart": chart(figures.messages_by_hour, figures.notes_by_hour, activity.hours),
+    }
+
+
+def chart(messages: list[int], notes: list[int], hours: list[datetime]) -> Chart:
+    """Bars scaled to the busiest hour; an hour with anything in it is at least 1 unit tall."""
+    peak = max((m + n for m, n in zip(messages, notes, strict=True)), default=0)
+    floor = CHART_HEIGHT - 1  # the bottom unit is the axis line's
+    usable = floor - HEADROOM
+    bars = []
+    for index, (hour, m, n) in enumerate(zip(hours, messages, notes, strict=True)):
+        # Each of the two that is not zero keeps at least one unit.
+        total_height = max(_scaled(m + n, peak, usable), (m > 0) + (n > 0))
+        messages_height = min(_scaled(m, peak, usable), total_height - (1 if n else 0))
+        notes_height = total_height - messages_height
+        bars.append(
+            Bar(
+                x=index * (BAR_WIDTH + BAR_GAP),
+                title=(
+                    f"{hour:%H}:00 to {(hour.hour + 1) % 24:02d}:00 UTC: "
+                    f"{_count(m, 'message')}, {_count(n, 'note')}"
+                ),
+                messages_y=floor - messages_height,
+                messages_height=messages_height,
+                notes_y=floor - total_height,
+                notes_height=notes_height,
+            )
+        )
+    width = len(hours) * (BAR_WIDTH + BAR_GAP) - BAR_GAP
+    label = (
+        f"Messages and notes per hour over the last 24 hours: {_count(sum(messages), 'message')}"
+        f" and {_count(sum(notes), 'note')}; the busiest hour had {peak}."
+    )
+    return Chart(
+        width=width, height=CHART_HEIGHT, baseline=floor + 0.5, bars=bars, peak=peak, label=label
+    )
+
+
+def _scaled(value: int, peak: int, usable: int) -> int:
+    if value <= 0 or peak <= 0:
+        return 0
+    return max(1, round(value * usable / peak))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
