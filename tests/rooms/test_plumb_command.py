@@ -11,39 +11,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from io import StringIO
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
-from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
 from mailbox import credentials
 from mailbox.models import AuditRecord, CrossProjectOptIn, Project, ProjectKey, Workspace
+from tests.cli import last_line, plumb, plumb_fails
 from tests.factories import OptInFactory, ProjectFactory, ProjectKeyFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def plumb(*args: str) -> tuple[str, str]:
-    """Run ``manage.py plumb ARGS`` in-process; return (stdout, stderr)."""
-    out, err = StringIO(), StringIO()
-    call_command("plumb", *args, stdout=out, stderr=err)
-    return out.getvalue(), err.getvalue()
-
-
-def plumb_fails(*args: str) -> CommandError:
-    """Run a command that must fail; return the CommandError Django would print to stderr."""
-    with pytest.raises(CommandError) as info:
-        plumb(*args)
-    return info.value
-
-
-def last_line(output: str) -> str:
-    return output.rstrip("\n").split("\n")[-1]
 
 
 def start_session(raw_key: str, workspace: str, name: str = "bob"):
