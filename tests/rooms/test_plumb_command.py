@@ -695,6 +695,12 @@ class TestRealProcess:
         assert expected in result.stderr
         assert "usage:" in result.stderr
 
+    def test_a_moderation_refusal_goes_to_stderr_with_status_1(self, cli_env: dict[str, str]):
+        result = run_cli(cli_env, "room", "lock", "no-such-room", "--reason", "freeze")
+        assert result.returncode == 1
+        assert result.stdout == ""
+        assert "room_not_found" in result.stderr
+
     def test_bootstrap_prints_a_key_only_on_the_first_run(self, cli_env: dict[str, str]):
         first = run_cli(cli_env, "bootstrap", "--host", "127.0.0.1", "--port", "8123")
         assert first.returncode == 0, first.stderr

@@ -15,13 +15,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.errors import PlumbError
-from rooms.management.plumb import identity
+from rooms.management.plumb import identity, moderation, sessions
 
 
 class Command(BaseCommand):
     help = (
         "Operator actions for scripts: projects, workspaces, project keys, cross-project "
-        "opt-ins, and the bootstrap that `make serve` runs."
+        "opt-ins, room and conversation moderation, sessions, the audit trail, and the "
+        "bootstrap that `make serve` runs."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -30,6 +31,8 @@ class Command(BaseCommand):
         # under call_command, at every level.
         groups = parser.add_subparsers(dest="group", required=True, metavar="GROUP")
         identity.add_parsers(groups)
+        moderation.add_parsers(groups)
+        sessions.add_parsers(groups)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
