@@ -8,6 +8,7 @@ process, so ``TestRealProcess`` runs ``manage.py`` against its own SQLite file.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -700,6 +701,17 @@ class TestRealProcess:
         assert result.returncode == 1
         assert result.stdout == ""
         assert "room_not_found" in result.stderr
+
+    def test_connect_json_prints_only_json_on_stdout(self, cli_env: dict[str, str]):
+        assert run_cli(cli_env, "project", "create", "proc-connect").returncode == 0
+        assert run_cli(cli_env, "workspace", "create", "proc-connect", "main").returncode == 0
+        env = {**cli_env, "PLUMB_PUBLIC_URL": "https://plumb.example.com/"}
+
+        result = run_cli(env, "connect", "proc-connect", "main", "builder", "--client", "json")
+
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["url"] == "https://plumb.example.com/mcp"
+        assert "<PROJECT_KEY> stands for a project key" in result.stderr
 
     def test_bootstrap_prints_a_key_only_on_the_first_run(self, cli_env: dict[str, str]):
         first = run_cli(cli_env, "bootstrap", "--host", "127.0.0.1", "--port", "8123")

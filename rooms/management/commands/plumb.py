@@ -15,14 +15,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.errors import PlumbError
-from rooms.management.plumb import identity, moderation, sessions
+from rooms.management.plumb import connect, identity, moderation, sessions
 
 
 class Command(BaseCommand):
     help = (
         "Operator actions for scripts: projects, workspaces, project keys, cross-project "
-        "opt-ins, room and conversation moderation, sessions, the audit trail, and the "
-        "bootstrap that `make serve` runs."
+        "opt-ins, room and conversation moderation, sessions, the audit trail, an agent's "
+        "MCP client configuration, and the bootstrap that `make serve` runs."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -33,6 +33,7 @@ class Command(BaseCommand):
         identity.add_parsers(groups)
         moderation.add_parsers(groups)
         sessions.add_parsers(groups)
+        connect.add_parsers(groups)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
