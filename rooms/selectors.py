@@ -127,6 +127,34 @@ def member_get_for_session(session: Session, slug: str) -> tuple[Room, Member]:
     return room, member
 
 
+def room_get_for_operator(slug: str) -> Room:
+    """Any room, by slug, for moderation; raises ``room_not_found``."""
+    room = Room.objects.select_related("project").filter(slug=slug).first()
+    if room is None:
+        raise RoomNotFound(f"No room is named {slug!r}.")
+    return room
+
+
+def message_get_for_operator(public_id: str) -> Message:
+    """Any message, by its public id, with its room; raises ``message_not_found``."""
+    message = Message.objects.select_related("room__project").filter(public_id=public_id).first()
+    if message is None:
+        raise MessageNotFound(f"No message has the id {public_id!r}.")
+    return message
+
+
+def member_get_for_operator(room: Room, handle: str) -> Member:
+    """The current membership of ``handle`` in ``room``; raises ``not_a_member``."""
+    member = (
+        Member.objects.select_related("room", "name")
+        .filter(room=room, name__handle=handle, left_at__isnull=True)
+        .first()
+    )
+    if member is None:
+        raise NotAMember(f"{handle!r} is not a member of room {room.slug!r}.")
+    return member
+
+
 def member_list(room: Room) -> list[Member]:
     return list(
         Member.objects.filter(room=room, left_at__isnull=True)

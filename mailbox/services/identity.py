@@ -627,11 +627,24 @@ def _claim_name(workspace: Workspace, handle: str) -> tuple[AgentName, bool]:
         return AgentName.objects.create(handle=handle, workspace=workspace), True
 
 
-def session_end(session: Session) -> Session:
-    """End a session; its token stops working. Ending twice changes nothing."""
+def session_end(session: Session, *, actor: str = "") -> Session:
+    """End a session; its token stops working. Ending twice changes nothing.
+
+    ``actor`` (``admin:<user>``, ``cli:<user>``) names the operator who ends
+    it; the end is then audited (``session.end``) in the same transaction,
+    and only if this call ended it. An agent ending its own session passes
+    none: that is not an operator action.
+    """
     if session.ended_at is None:
         with transaction.atomic():
-            _sessions_end([session.pk], now=timezone.now(), reason=Session.EndReason.ENDED)
+            ended = _sessions_end([session.pk], now=timezone.now(), reason=Session.EndReason.ENDED)
+            if ended and actor:
+                audit_record(
+                    actor=actor,
+                    action="session.end",
+                    project=session.workspace.project,
+                    target=f"session {session.public_id} of {session.name.handle}",
+                )
         session.refresh_from_db(fields=["ended_at", "end_reason"])
     return session
 
