@@ -54,6 +54,19 @@ IDEMPOTENCY_KEY_MAX = 128  # printable ASCII characters (SPEC §4.2)
 FINGERPRINT_MAX = 128
 CREDENTIAL_HASH_LENGTH = 64  # hex SHA-256 of a key or token
 
+# --- where agents reach the server -------------------------------------------------------
+# PLUMB_PUBLIC_URL and `plumb connect --url`, printed into MCP client configurations
+# and shell lines: a scheme, a host (a name, an IPv4 address or a bracketed IPv6 one)
+# with an optional port, and an optional path prefix. No credentials, query or
+# fragment, and no character that would need quoting in JSON, TOML or a shell word.
+PUBLIC_URL_PATTERN = (
+    r"^https?://(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~/-]*)?\Z"
+)
+PUBLIC_URL_MESSAGE = (
+    "Use an http:// or https:// URL such as https://plumb.example.com or "
+    "http://10.0.0.5:8000, without user:password@, query or fragment."
+)
+
 # --- pages -----------------------------------------------------------------------------
 PAGE_DEFAULT = 50
 LIST_MAX = 200  # conversations, mentions

@@ -13,8 +13,8 @@ it imports ``common`` and libraries only, never ``rooms`` and never
 * ``api/``: session authentication, throttles, the base API view and the
   one response envelope (``notes`` + ``schema_stale``), which ``rooms.api``
   and the MCP door build on, then the mailbox's own endpoints;
-* ``admin/``: the operators' and moderators' pages for this app;
-* ``management/commands/plumb.py``: the ``plumb`` command.
+* ``admin/``: the operators' and moderators' pages for this app. The
+  ``plumb`` command lives in ``rooms`` (it needs both apps' services).
 
 Only URL confs, ``plumb_site``, tests and ``rooms.api`` / ``rooms.admin``
 import ``mailbox.api`` and ``mailbox.admin``.

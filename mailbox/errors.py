@@ -23,6 +23,13 @@ class OptInNotFound(NotFound):
     message = "No such opt-in exists."
 
 
+class NameNotFound(NotFound):
+    """An operator named an agent that never connected (the ``plumb`` command)."""
+
+    code = "name_not_found"
+    message = "No agent has this name."
+
+
 class NameInUse(Conflict):
     code = "name_in_use"
     message = "Another connected session holds this name."

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from django.db.models import Prefetch, Q, QuerySet
 
-from mailbox.errors import ConversationNotFound, NotAParticipant
+from mailbox.errors import ConversationNotFound, NameNotFound, NotAParticipant, WorkspaceNotFound
 from mailbox.models import (
+    AgentName,
+    AuditRecord,
     Conversation,
     CrossProjectOptIn,
     Note,
@@ -17,6 +19,7 @@ from mailbox.models import (
     Project,
     ProjectKey,
     Session,
+    Workspace,
 )
 
 
@@ -59,6 +62,69 @@ def optin_list(project: Project | None = None) -> QuerySet[CrossProjectOptIn]:
     if project is not None:
         optins = optins.filter(project=project)
     return optins.order_by("project__slug", "source__slug")
+
+
+def workspace_get_for_operator(project: Project, slug: str) -> Workspace:
+    """A workspace of ``project``; raises ``workspace_not_found``."""
+    workspace = Workspace.objects.filter(project=project, slug=slug).first()
+    if workspace is None:
+        raise WorkspaceNotFound(f"No workspace {slug!r} in project {project.slug!r}.")
+    return workspace
+
+
+def name_get_for_operator(handle: str) -> AgentName | None:
+    """The agent name with this handle and its workspace, or None if none claimed it."""
+    return AgentName.objects.select_related("workspace__project").filter(handle=handle).first()
+
+
+def name_sessions_open(handle: str) -> list[Session]:
+    """The open sessions of a name (at most one, by constraint); ``name_not_found``."""
+    name = name_get_for_operator(handle)
+    if name is None:
+        raise NameNotFound(f"No agent has the name {handle!r}.")
+    return list(
+        Session.objects.filter(name=name, ended_at__isnull=True)
+        .select_related("name", "workspace__project")
+        .order_by("started_at", "id")
+    )
+
+
+def session_list_for_operator(
+    project: Project | None = None, *, connected: bool = False, limit: int = 100
+) -> list[Session]:
+    """Sessions, newest started first, at most ``limit``; all projects when None.
+
+    ``connected`` keeps those whose token still works (``Session.objects.connected``).
+    Token hashes are deferred: a listing never needs them.
+    """
+    sessions = Session.objects.connected() if connected else Session.objects.all()
+    if project is not None:
+        sessions = sessions.filter(workspace__project=project)
+    return list(
+        sessions.select_related("name", "workspace__project")
+        .defer("token_hash")
+        .order_by("-started_at", "-id")[:limit]
+    )
+
+
+def audit_list(project_slug: str | None = None, *, limit: int = 50) -> list[AuditRecord]:
+    """The newest audit records first, at most ``limit``; all projects when None.
+
+    Filtered by the slug stored in each record, like the admin's search: a
+    record outlives what it names, so a deleted project's trail stays findable.
+    """
+    records = AuditRecord.objects.all()
+    if project_slug is not None:
+        records = records.filter(project_slug=project_slug)
+    return list(records.order_by("-created_at", "-id")[:limit])
+
+
+def conversation_get_for_operator(public_id: str) -> Conversation:
+    """Any thread, by its public id, for moderation; raises ``conversation_not_found``."""
+    conversation = Conversation.objects.filter(public_id=public_id).first()
+    if conversation is None:
+        raise ConversationNotFound(f"No conversation has the id {public_id!r}.")
+    return conversation
 
 
 # --- conversations (visible to their participants only) ------------------------------

@@ -6,11 +6,14 @@ a confusing failure on the first request.
 """
 
 import os
+import re
 import secrets
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+
+from common.limits import PUBLIC_URL_MESSAGE, PUBLIC_URL_PATTERN
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PLUMB_VAR_DIR", BASE_DIR / "var"))
@@ -75,6 +78,17 @@ def metrics_token() -> str | None:
             "PLUMB_METRICS_TOKEN must be at least 16 printable ASCII characters without spaces."
         )
     return raw
+
+
+def env_url(name: str) -> str:
+    """An absolute http(s) URL without its trailing slash, or "" when unset."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ""
+    url = raw.rstrip("/")
+    if re.match(PUBLIC_URL_PATTERN, url) is None:
+        raise ImproperlyConfigured(f"{name}: {PUBLIC_URL_MESSAGE} Got {raw!r}.")
+    return url
 
 
 def secret_key() -> str:
@@ -235,6 +249,9 @@ PLUMB_ACTIVE_REQUESTS = env_int(
 PLUMB_SEEN_WRITE_INTERVAL = env_int("PLUMB_SEEN_WRITE_INTERVAL", 5, minimum=0)
 PLUMB_RATE_SESSION = env_rate("PLUMB_RATE_SESSION", "100/s")
 PLUMB_RATE_KEY = env_rate("PLUMB_RATE_KEY", "10/s")
+# Where agents reach this server, as `plumb connect` prints it into MCP client
+# configurations; empty: http://HOST:PORT, where `make serve` listens.
+PLUMB_PUBLIC_URL = env_url("PLUMB_PUBLIC_URL")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["mailbox.api.auth.SessionTokenAuthentication"],

@@ -22,6 +22,7 @@ api_patterns = [
 ]
 
 urlpatterns = [
+    path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     path("metrics", views.metrics, name="metrics"),
     path("mcp", include("plumb_site.mcp.urls")),

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.views.decorators.http import require_safe
 from drf_spectacular.utils import extend_schema, inline_serializer
 from prometheus_client import REGISTRY
@@ -23,6 +24,23 @@ from mailbox.api.base import PlumbApiView
 from mailbox.selectors import notes_pending_count
 
 logger = logging.getLogger("plumb.health")
+
+
+HOME_LINKS = [
+    {"href": "/api/v1/docs/", "title": "the API, browsable (OpenAPI at /api/v1/schema/)"},
+    {"href": "/admin/", "title": "the admin, for operators and moderators"},
+    {"href": "/healthz", "title": "health: 200 while the database answers"},
+]
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """Where to go from here: a short page, or the same links as JSON for a client asking so."""
+    if request.method not in ("GET", "HEAD"):
+        return error_response(405, "method_not_allowed", "This method is not allowed here.")
+    accepted = request.headers.get("Accept", "")
+    if "application/json" in accepted and "text/html" not in accepted:
+        return JsonResponse({"name": "plumb", "links": HOME_LINKS})
+    return render(request, "plumb/home.html", {"links": HOME_LINKS})
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -9,7 +9,10 @@ names, opt-ins, the audit trail), never ``plumb_site``.
   ``representation`` (the JSON of events, messages and rooms),
   ``transcripts`` (room pages for staff) and ``receivers`` (its answers to
   ``mailbox.signals``, connected in ``apps.py``);
-* ``api/`` builds on ``mailbox.api``; ``admin/`` on ``common.admin``.
+* ``api/`` builds on ``mailbox.api``; ``admin/`` on ``common.admin``;
+* ``management/``: the ``plumb`` command, the operators' actions of both
+  apps for scripts; it lives here, on the top app floor, because room
+  moderation needs ``rooms`` services and ``mailbox`` may not import them.
 
 Only URL confs, ``plumb_site`` and tests import ``rooms.api`` and ``rooms.admin``.
 """

@@ -132,8 +132,8 @@ def room_json(room) -> dict:
     return RoomSerializer(room).data
 
 
-def room_list_body(rooms) -> dict:
-    return {"rooms": RoomSerializer(rooms, many=True).data}
+def room_list_body(rooms, has_more: bool) -> dict:
+    return {"rooms": RoomSerializer(rooms, many=True).data, "has_more": has_more}
 
 
 def message_sent_body(sent) -> dict:

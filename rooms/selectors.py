@@ -17,6 +17,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
+from common import limits
 from mailbox.models import Session
 from rooms.errors import MessageNotFound, NotAMember, RoomNotFound
 from rooms.models import Event, Member, Message, MessageMention, Room
@@ -83,13 +84,22 @@ def _annotate_for(rooms: QuerySet[Room], session: Session) -> QuerySet[Room]:
     )
 
 
-def room_list_for_session(session: Session) -> list[Room]:
-    """Rooms of the caller's project and rooms it has joined, by slug."""
+def room_list_for_session(
+    session: Session, *, after_slug: str | None = None, limit: int = limits.PAGE_DEFAULT
+) -> tuple[list[Room], bool]:
+    """Rooms of the caller's project and rooms it has joined, by slug, and whether more follow.
+
+    The slug is the cursor: unique and never reused by another room, so a
+    page continues where the last one ended even while rooms are created.
+    """
     joined = Member.objects.filter(name_id=session.name_id, left_at__isnull=True).values("room")
     rooms = Room.objects.filter(
         Q(project_id=session.workspace.project_id) | Q(pk__in=joined)
     ).select_related("project")
-    return list(_annotate_for(rooms, session).order_by("slug"))
+    if after_slug:
+        rooms = rooms.filter(slug__gt=after_slug)
+    page = list(_annotate_for(rooms, session).order_by("slug")[: limit + 1])
+    return page[:limit], len(page) > limit
 
 
 def room_get_for_session(session: Session, slug: str) -> Room:
@@ -115,6 +125,34 @@ def member_get_for_session(session: Session, slug: str) -> tuple[Room, Member]:
     if member is None:
         raise NotAMember()
     return room, member
+
+
+def room_get_for_operator(slug: str) -> Room:
+    """Any room, by slug, for moderation; raises ``room_not_found``."""
+    room = Room.objects.select_related("project").filter(slug=slug).first()
+    if room is None:
+        raise RoomNotFound(f"No room is named {slug!r}.")
+    return room
+
+
+def message_get_for_operator(public_id: str) -> Message:
+    """Any message, by its public id, with its room; raises ``message_not_found``."""
+    message = Message.objects.select_related("room__project").filter(public_id=public_id).first()
+    if message is None:
+        raise MessageNotFound(f"No message has the id {public_id!r}.")
+    return message
+
+
+def member_get_for_operator(room: Room, handle: str) -> Member:
+    """The current membership of ``handle`` in ``room``; raises ``not_a_member``."""
+    member = (
+        Member.objects.select_related("room", "name")
+        .filter(room=room, name__handle=handle, left_at__isnull=True)
+        .first()
+    )
+    if member is None:
+        raise NotAMember(f"{handle!r} is not a member of room {room.slug!r}.")
+    return member
 
 
 def member_list(room: Room) -> list[Member]:

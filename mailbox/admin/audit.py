@@ -31,6 +31,7 @@ KNOWN_ACTIONS = [
     ("room.unlock", "room unlocked"),
     ("conversation.lock", "conversation locked"),
     ("conversation.unlock", "conversation unlocked"),
+    ("session.end", "session ended"),
 ]
 
 
@@ -46,6 +47,7 @@ ACTION_KINDS = {
     "unhide": "ok",
     "unmute": "ok",
     "unlock": "ok",
+    "end": "warn",
 }
 
 

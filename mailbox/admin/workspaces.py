@@ -13,6 +13,7 @@ from django.forms import ModelForm
 from django.http import HttpRequest
 from django.utils import timezone
 
+from common.admin.actions import admin_actor
 from mailbox import services
 from mailbox.admin.base import (
     ProjectFilter,
@@ -176,6 +177,6 @@ class SessionAdmin(admin.ModelAdmin):
     def end_sessions(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
         ended = 0
         for session in queryset.filter(ended_at__isnull=True):
-            services.session_end(session)
+            services.session_end(session, actor=admin_actor(request))
             ended += 1
         self.message_user(request, f"Ended {ended} session(s).", messages.SUCCESS)

@@ -1,26 +1,22 @@
-"""Every state change of the mailbox app, split by entity; import from here."""
+"""Every state change of the mailbox app, split by entity; import from here.
+
+``audit`` (the trail and the one rule for reasons), ``identity`` (projects,
+workspaces, opt-ins), ``keys``, ``sessions`` (and names), ``bootstrap``,
+``mcp_sessions`` (the MCP door's session ids) and ``notes`` (leaving,
+delivering and locking threads).
+"""
 
 from mailbox.services.audit import audit_record
+from mailbox.services.bootstrap import Bootstrapped, site_bootstrap
 from mailbox.services.identity import (
-    Bootstrapped,
-    IssuedKey,
-    StartedSession,
-    handle_check,
-    key_create,
-    key_find,
-    key_revoke,
-    key_touch,
     optin_grant,
     optin_revoke,
     project_create,
     project_get,
     project_update,
-    session_end,
-    session_start,
-    session_touch,
-    site_bootstrap,
     workspace_create,
 )
+from mailbox.services.keys import IssuedKey, key_create, key_find, key_revoke, key_touch
 from mailbox.services.mcp_sessions import OpenedMcpSession, mcp_session_open
 from mailbox.services.notes import (
     NoteLeft,
@@ -29,6 +25,13 @@ from mailbox.services.notes import (
     note_leave,
     notes_claim,
     notes_wait,
+)
+from mailbox.services.sessions import (
+    StartedSession,
+    handle_check,
+    session_end,
+    session_start,
+    session_touch,
 )
 
 __all__ = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mailbox.models import McpSession, ProjectKey, Session
-from mailbox.services.identity import session_start
+from mailbox.services.sessions import session_start
 
 
 @dataclass(frozen=True)

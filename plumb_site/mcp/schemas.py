@@ -178,8 +178,11 @@ TOOLS: list[dict[str, Any]] = [
     _tool(
         "list_rooms",
         "Rooms you can see (your project's and those you joined) with latest_seq, your "
-        "read_seq and unseen messages.",
-        {},
+        "read_seq and unseen messages. Page with after_slug while has_more.",
+        {
+            "after_slug": _prop("string", "Last room slug of the previous page.", pattern=SLUG),
+            "limit": _number(room_io.RoomListInput, "limit"),
+        },
         read_only=True,
     ),
     _tool(

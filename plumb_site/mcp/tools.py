@@ -157,8 +157,10 @@ def _room_event(session: Session, slug: str, event: Event | None, room=None) -> 
 
 
 def _list_rooms(session: Session, args: dict) -> dict:
-    rooms = room_selectors.room_list_for_session(session)
-    return room_json.room_list_body(rooms)
+    rooms, has_more = room_selectors.room_list_for_session(
+        session, **validated(room_io.RoomListInput, args)
+    )
+    return room_json.room_list_body(rooms, has_more)
 
 
 def _create_room(session: Session, args: dict) -> dict:

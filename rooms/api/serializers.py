@@ -210,6 +210,15 @@ class EventsReadInput(serializers.Serializer):
         return kinds
 
 
+class RoomListInput(serializers.Serializer):
+    after_slug = serializers.CharField(
+        required=False, max_length=limits.NAME_MAX, help_text="Continue after this room."
+    )
+    limit = serializers.IntegerField(
+        required=False, min_value=1, max_value=limits.LIST_MAX, default=limits.PAGE_DEFAULT
+    )
+
+
 class MentionsInput(serializers.Serializer):
     after_id = serializers.CharField(
         required=False, max_length=limits.PUBLIC_ID_MAX, help_text="Continue after this message id."
@@ -260,6 +269,7 @@ class RoomEventOutput(EnvelopeSerializer):
 
 class RoomListOutput(EnvelopeSerializer):
     rooms = RoomSerializer(many=True)
+    has_more = serializers.BooleanField()
 
 
 class MemberListOutput(EnvelopeSerializer):

@@ -28,13 +28,15 @@ class RoomListApi(SessionApiView):
     @extend_schema(
         operation_id="list_rooms",
         summary="Rooms you may see: your project's and those you joined",
+        parameters=[s.RoomListInput],
         responses={200: s.RoomListOutput},
         auth=SESSION_AUTH,
         tags=["rooms"],
     )
     def get(self, request):
-        rooms = selectors.room_list_for_session(self.session)
-        return Response(representation.room_list_body(rooms))
+        query = validated(s.RoomListInput, request.query_params)
+        rooms, has_more = selectors.room_list_for_session(self.session, **query)
+        return Response(representation.room_list_body(rooms, has_more))
 
     @extend_schema(
         operation_id="create_room",

@@ -551,6 +551,30 @@ def test_end_action_ends_sessions_and_their_tokens_stop_working(admin_client, wo
     assert bearer(bob.raw_token).get("/api/v1/sessions/current/").status_code == 200
 
 
+def test_end_action_records_the_operator_for_each_session_it_ended(
+    admin_client, admin_user, workspace
+):
+    alice = SessionFactory(workspace=workspace, name="alice")
+    gone = services.session_end(SessionFactory(workspace=workspace, name="gone"))
+
+    admin_client.post(
+        url("session", "changelist"),
+        {"action": "end_sessions", "_selected_action": [str(alice.pk), str(gone.pk)]},
+    )
+
+    assert list(
+        AuditRecord.objects.filter(action="session.end").values_list(
+            "actor", "project_slug", "target"
+        )
+    ) == [
+        (
+            f"admin:{admin_user.username}",
+            workspace.project.slug,
+            f"session {alice.public_id} of alice",
+        )
+    ]
+
+
 def test_connected_filter_keeps_only_connected_sessions(admin_client, workspace):
     stale = timezone.now() - timedelta(seconds=settings.PLUMB_SESSION_TTL + 60)
     connected = SessionFactory(workspace=workspace, name="live")

@@ -83,7 +83,7 @@ def test_a_generated_name_is_never_a_reserved_one(key_client, workspace, monkeyp
     # the first is made reserved, so it must be drawn again.
     numbers = iter([0, 32])
     fixed = SimpleNamespace(choice=lambda words: words[0], randbelow=lambda _: next(numbers))
-    monkeypatch.setattr("mailbox.services.identity.secrets", fixed)
+    monkeypatch.setattr("mailbox.services.sessions.secrets", fixed)
     monkeypatch.setattr("common.limits.RESERVED_NAMES", frozenset({"next", "amber-badger-10"}))
 
     response = start(key_client, workspace="main")

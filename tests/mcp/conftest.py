@@ -133,3 +133,18 @@ def _both(result: CallToolResult) -> dict[str, Any]:
     assert len(result.content) == 1
     assert json.loads(result.content[0].text) == result.structured_content
     return result.structured_content
+
+
+def published_tools(project_key) -> dict[str, dict]:
+    """The live ``tools/list``, by tool name, as a client with ``project_key`` sees it."""
+    from django.test import Client as DjangoClient
+
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    response = DjangoClient().post(
+        "/mcp",
+        data=json.dumps(message),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {project_key.raw_key}"},
+    )
+    assert response.status_code == 200
+    return {tool["name"]: tool for tool in response.json()["result"]["tools"]}

@@ -16,6 +16,7 @@ from django.test import Client
 from mailbox.models import AgentName, Session
 from mailbox.services import key_revoke, mcp_session_open
 from plumb_site.mcp.protocol import SUPPORTED_VERSIONS
+from tests.conftest import client_for
 from tests.factories import SessionFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db
@@ -305,7 +306,7 @@ def test_stateless_tool_results_say_they_are_complete(headers, workspace):
     response = modern("tools/call", {"name": "list_rooms", "arguments": {}}, headers=headers).json()
 
     assert response["result"]["resultType"] == "complete"
-    assert response["result"]["structuredContent"] == {"rooms": [], "notes": []}
+    assert response["result"]["structuredContent"] == {"rooms": [], "has_more": False, "notes": []}
 
 
 @pytest.mark.parametrize(
@@ -644,3 +645,21 @@ def test_the_stateless_era_ignores_a_session_id(headers, workspace, project_key)
     response = modern("tools/call", {"name": "list_rooms", "arguments": {}}, headers)
 
     assert tool_error(response)["details"] == {"Plumb-Name": ["Required with a project key."]}
+
+
+def test_list_rooms_pages_like_rest(headers, workspace):
+    owner = SessionFactory(workspace=workspace, name="owner")
+    for slug in ("a-1", "b-2", "c-3"):
+        assert client_for(owner).post("/api/v1/rooms/", {"slug": slug}).status_code == 201
+
+    def page(arguments: dict) -> dict:
+        response = modern("tools/call", {"name": "list_rooms", "arguments": arguments}, headers)
+        return response.json()["result"]["structuredContent"]
+
+    first = page({"limit": 2})
+    second = page({"limit": 2, "after_slug": "b-2"})
+
+    assert [r["slug"] for r in first["rooms"]] == ["a-1", "b-2"]
+    assert first["has_more"] is True
+    assert [r["slug"] for r in second["rooms"]] == ["c-3"]
+    assert second["has_more"] is False

@@ -17,6 +17,7 @@ from django.test import Client
 
 from mailbox.models import Project
 from plumb_site.mcp.schemas import TOOLS
+from tests.mcp.conftest import published_tools
 
 pytestmark = pytest.mark.django_db
 
@@ -72,18 +73,6 @@ def _split(path: Path) -> tuple[dict, str]:
     return yaml.safe_load(front), body
 
 
-def _published_tool_names(project_key) -> set[str]:
-    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-    response = Client().post(
-        "/mcp",
-        data=json.dumps(message),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {project_key.raw_key}"},
-    )
-    assert response.status_code == 200
-    return {tool["name"] for tool in response.json()["result"]["tools"]}
-
-
 def _documented_names() -> set[str]:
     """Names that agents meet besides tools: tool arguments, every field and error code
     the REST schema documents (its error descriptions name the codes), and the project
@@ -108,7 +97,7 @@ def test_the_skill_has_agent_skills_front_matter():
 
 
 def test_every_tool_the_skill_names_is_published(project_key):
-    published = _published_tool_names(project_key)
+    published = set(published_tools(project_key))
     documented = _documented_names() - published
     front, body = _split(SKILL)
     backticked = {name for span in BACKTICKED.findall(body) for name in SNAKE_CASE.findall(span)}

@@ -9,13 +9,12 @@ the tool as published: its description or one of its arguments'.
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
-from django.test import Client
 
 from common import limits
+from tests.mcp.conftest import published_tools
 
 pytestmark = pytest.mark.django_db
 
@@ -96,18 +95,6 @@ DESCRIBED_ARGUMENTS = {
 }
 
 
-def _published_tools(project_key) -> dict[str, dict]:
-    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-    response = Client().post(
-        "/mcp",
-        data=json.dumps(message),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {project_key.raw_key}"},
-    )
-    assert response.status_code == 200
-    return {tool["name"]: tool for tool in response.json()["result"]["tools"]}
-
-
 def _text(tool: dict) -> str:
     """What an agent reads of a tool: its description and its arguments', one spacing."""
     parts = [tool["description"]]
@@ -126,7 +113,7 @@ def _text(tool: dict) -> str:
     ids=lambda value: value if isinstance(value, str) else None,
 )
 def test_the_published_tool_carries_the_reference_behaviour(tool, behaviour, phrases, project_key):
-    text = _text(_published_tools(project_key)[tool])
+    text = _text(published_tools(project_key)[tool])
 
     missing = [phrase for phrase in phrases if phrase.casefold() not in text]
 
@@ -138,6 +125,6 @@ def test_the_published_tool_carries_the_reference_behaviour(tool, behaviour, phr
     [(tool, argument) for tool, arguments in DESCRIBED_ARGUMENTS.items() for argument in arguments],
 )
 def test_arguments_that_change_behaviour_are_described(tool, argument, project_key):
-    schema = _published_tools(project_key)[tool]["inputSchema"]["properties"][argument]
+    schema = published_tools(project_key)[tool]["inputSchema"]["properties"][argument]
 
     assert len(schema.get("description", "")) > 20

@@ -59,7 +59,7 @@ def test_a_send_that_waited_for_the_room_sees_the_send_it_waited_for(room_of_thr
 def services_room_list(session):
     from rooms.selectors import room_list_for_session
 
-    return room_list_for_session(session)
+    return room_list_for_session(session)[0]
 
 
 def _member(handle: str) -> Member:

@@ -219,7 +219,8 @@ def test_the_list_shows_own_project_rooms_and_joined_rooms_but_not_other_project
 
     body = room_list(alice)
 
-    assert set(body) == {"rooms", "notes"}
+    assert set(body) == {"rooms", "has_more", "notes"}
+    assert body["has_more"] is False
     assert [room["slug"] for room in body["rooms"]] == ["backend", "general", "their-open"]
     rooms = {room["slug"]: room for room in body["rooms"]}
     assert all(set(room) == ROOM_FIELDS for room in body["rooms"])
@@ -234,6 +235,40 @@ def test_the_list_shows_own_project_rooms_and_joined_rooms_but_not_other_project
     assert rooms["backend"]["read_seq"] is None
     assert rooms["backend"]["unseen"] is None
     assert rooms["backend"]["latest_seq"] == 1
+
+
+def test_the_list_pages_by_slug_with_a_cursor(alice, bob):
+    for slug in ("a-1", "b-2", "c-3", "d-4", "e-5"):
+        make_room(bob if slug == "c-3" else alice, slug)
+
+    pages, after = [], None
+    for _ in range(5):
+        params = {"limit": 2, **({"after_slug": after} if after else {})}
+        body = client_for(alice).get(ROOMS, params).json()
+        pages.append([room["slug"] for room in body["rooms"]])
+        if not body["has_more"]:
+            break
+        after = body["rooms"][-1]["slug"]
+
+    assert pages == [["a-1", "b-2"], ["c-3", "d-4"], ["e-5"]]
+
+
+def test_a_room_created_between_pages_does_not_shift_the_next_page(alice):
+    for slug in ("b-2", "d-4", "f-6"):
+        make_room(alice, slug)
+    first = client_for(alice).get(ROOMS, {"limit": 2}).json()
+    make_room(alice, "a-1")  # sorts before the cursor: never seen, never repeats
+
+    second = client_for(alice).get(ROOMS, {"limit": 2, "after_slug": "d-4"}).json()
+
+    assert [room["slug"] for room in first["rooms"]] == ["b-2", "d-4"]
+    assert [room["slug"] for room in second["rooms"]] == ["f-6"]
+    assert second["has_more"] is False
+
+
+@pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 201}, {"limit": "x"}])
+def test_a_bad_page_size_is_a_validation_error(alice, params):
+    assert_error(client_for(alice).get(ROOMS, params), 400, "validation_error")
 
 
 def test_leaving_a_room_of_another_project_answers_200_and_drops_it_from_the_list(alice, olga):

@@ -8,42 +8,23 @@ process, so ``TestRealProcess`` runs ``manage.py`` against its own SQLite file.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from io import StringIO
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
-from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
 from mailbox import credentials
 from mailbox.models import AuditRecord, CrossProjectOptIn, Project, ProjectKey, Workspace
+from tests.cli import last_line, plumb, plumb_fails
 from tests.factories import OptInFactory, ProjectFactory, ProjectKeyFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def plumb(*args: str) -> tuple[str, str]:
-    """Run ``manage.py plumb ARGS`` in-process; return (stdout, stderr)."""
-    out, err = StringIO(), StringIO()
-    call_command("plumb", *args, stdout=out, stderr=err)
-    return out.getvalue(), err.getvalue()
-
-
-def plumb_fails(*args: str) -> CommandError:
-    """Run a command that must fail; return the CommandError Django would print to stderr."""
-    with pytest.raises(CommandError) as info:
-        plumb(*args)
-    return info.value
-
-
-def last_line(output: str) -> str:
-    return output.rstrip("\n").split("\n")[-1]
 
 
 def start_session(raw_key: str, workspace: str, name: str = "bob"):
@@ -714,6 +695,23 @@ class TestRealProcess:
         assert result.stdout == ""
         assert expected in result.stderr
         assert "usage:" in result.stderr
+
+    def test_a_moderation_refusal_goes_to_stderr_with_status_1(self, cli_env: dict[str, str]):
+        result = run_cli(cli_env, "room", "lock", "no-such-room", "--reason", "freeze")
+        assert result.returncode == 1
+        assert result.stdout == ""
+        assert "room_not_found" in result.stderr
+
+    def test_connect_json_prints_only_json_on_stdout(self, cli_env: dict[str, str]):
+        assert run_cli(cli_env, "project", "create", "proc-connect").returncode == 0
+        assert run_cli(cli_env, "workspace", "create", "proc-connect", "main").returncode == 0
+        env = {**cli_env, "PLUMB_PUBLIC_URL": "https://plumb.example.com/"}
+
+        result = run_cli(env, "connect", "proc-connect", "main", "builder", "--client", "json")
+
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["url"] == "https://plumb.example.com/mcp"
+        assert "<PROJECT_KEY> stands for a project key" in result.stderr
 
     def test_bootstrap_prints_a_key_only_on_the_first_run(self, cli_env: dict[str, str]):
         first = run_cli(cli_env, "bootstrap", "--host", "127.0.0.1", "--port", "8123")

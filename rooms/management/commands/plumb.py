@@ -1,0 +1,51 @@
+"""``python manage.py plumb …``: the operator actions of the admin, for scripts.
+
+One command, one argument parser; its groups and their handlers live in
+``rooms/management/plumb/`` (one module per group of actions). The command
+lives in ``rooms``, the top app floor, because it calls the services of both
+apps (room moderation included) and ``mailbox`` may not import ``rooms``.
+
+The output contract scripts rely on is in ``rooms.management.plumb.text``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from common.errors import PlumbError
+from rooms.management.plumb import connect, identity, moderation, sessions
+
+
+class Command(BaseCommand):
+    help = (
+        "Operator actions for scripts: projects, workspaces, project keys, cross-project "
+        "opt-ins, room and conversation moderation, sessions, the audit trail, an agent's "
+        "MCP client configuration, and the bootstrap that `make serve` runs."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        # Django's CommandParser hands its "called from the command line" flag on to
+        # subparsers, so a usage error exits 2 from a shell and raises CommandError
+        # under call_command, at every level.
+        groups = parser.add_subparsers(dest="group", required=True, metavar="GROUP")
+        identity.add_parsers(groups)
+        moderation.add_parsers(groups)
+        sessions.add_parsers(groups)
+        connect.add_parsers(groups)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            options["handler"](self, options)
+        except PlumbError as exc:
+            # Django prints a CommandError to stderr and exits with its returncode (1).
+            # The stable code goes with the message so scripts can branch on it.
+            raise CommandError(f"{exc.message} ({exc.code})") from exc
+
+    def say(self, line: str = "") -> None:
+        self.stdout.write(line)
+
+    def hint(self, line: str) -> None:
+        """Guidance beside machine-readable output; on stderr, uncoloured, not an error."""
+        self.stderr.write(line, style_func=str)
