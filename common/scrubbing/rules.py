@@ -22,6 +22,8 @@ from common.scrubbing.refine import (
     refine_literal,
     refine_mixed_case,
     refine_mysql_password,
+    refine_password_assignment,
+    refine_password_flag,
     refine_url_password,
     secret_span,
 )
@@ -55,13 +57,20 @@ class Rule:
 _B = r"(?<![A-Za-z0-9_-])"
 _E = r"(?![A-Za-z0-9_-])"
 
-# Quoted values keep their quotes outside the redaction. The bare form stops at
-# whitespace and at characters that end a value in code, URLs and shell.
+# A bare (unquoted) value stops at whitespace and at characters that end a
+# value in code, URLs and shell. A closing bracket or a separator among them
+# (& ; , ) ] }) only ends it if what follows does too, or starts the next
+# field (&user=, ;Database=): DB_PASSWORD=Tr0ub4dor&3 is one value, and no
+# tail of it may be left behind.
+_BARE_CHARS = r"[^\s\"'`,;&(){}\[\]<>]"
+_BARE = _BARE_CHARS + r"++(?:[&;,)\]}](?![\w.-]*+[=:])" + _BARE_CHARS + r"++)*+"
+
+# Quoted values keep their quotes outside the redaction.
 _VALUE = (
     r"(?:\"(?P<secret_dq>[^\"\n]*+)\""
     r"|'(?P<secret_sq>[^'\n]*+)'"
     r"|\\\"(?P<secret_esc>[^\"\\\n]*+)\\\""
-    r"|(?P<secret_bare>[^\s\"'`,;&(){}\[\]<>]++))"
+    r"|(?P<secret_bare>" + _BARE + r"))"
 )
 
 _PASSWORD_WORDS = r"passw(?:or)?d|passphrase|pwd|(?<=[_.-])pass"
@@ -88,8 +97,9 @@ def _assignment(words: str) -> re.Pattern[str]:
         r"(?:"
         # Annotated: password: str = "...", token: Optional[str] = "..."
         r"[ \t]*:[ \t]*[A-Za-z_][\w.\[\], |]{0,60}?=(?![=>])"
-        # key = v, key: v, key := v, key => v (not ==, not ::, not ://)
-        r"|(?P<op>[ \t]*(?::=|=>|=(?!=)|:(?![:/]))[ \t]*)"
+        # key = v, key: v, key := v, key => v (not ==, not ::, not ://), and
+        # a percent-encoded "=" (a URL inside a query string: token%3D...)
+        r"|(?P<op>[ \t]*(?::=|=>|=(?!=)|:(?![:/])|%3[Dd])[ \t]*)"
         r")"
         r"[ \t]*(?:\*\*|__)?[ \t]*" + _VALUE
     )
@@ -97,8 +107,8 @@ def _assignment(words: str) -> re.Pattern[str]:
 
 def _assignment_anchors(endings: tuple[str, ...]) -> tuple[str, ...]:
     # The key's last word, its closing quote and bold marker as in _assignment(),
-    # then the start both operator branches share: blanks and ":" or "=".
-    return tuple(ending + r"(?:\\?[\"']\]?)?(?:\*\*|__)?[ \t]*[:=]" for ending in endings)
+    # then the start every operator shares: blanks and ":", "=" or "%3d".
+    return tuple(ending + r"(?:\\?[\"']\]?)?(?:\*\*|__)?[ \t]*(?:[:=]|%3d)" for ending in endings)
 
 
 def _flag(words: str) -> re.Pattern[str]:
@@ -108,7 +118,7 @@ def _flag(words: str) -> re.Pattern[str]:
     return re.compile(
         r"(?i:(?<![\w-])--(?:[a-z0-9]+-)*(?:" + words + r"))[ \t]+"
         r"(?:\"(?P<secret_dq>[^\"\n]*+)\"|'(?P<secret_sq>[^'\n]*+)'"
-        r"|(?P<secret_bare>[^\s\"'`,;&(){}\[\]<>]++))"
+        r"|(?P<secret_bare>" + _BARE + r"))"
     )
 
 
@@ -135,7 +145,7 @@ _SQL_NETRC_PASSWORD = re.compile(
     r"(?i:\bwith[ \t]+(?:encrypted[ \t]+)?password|\bidentified[ \t]+by"
     r"|\blogin[ \t]+[^\s]++[ \t]+password)[ \t]+"
     r"(?:\"(?P<secret_dq>[^\"\n]*+)\"|'(?P<secret_sq>[^'\n]*+)'"
-    r"|(?P<secret_bare>[^\s\"'`,;&(){}\[\]<>]++))"
+    r"|(?P<secret_bare>" + _BARE + r"))"
 )
 
 _NL = r"(?:\r?\n|\\r?\\n)"
@@ -315,7 +325,7 @@ RULES: tuple[Rule, ...] = (
         "bearer_token",
         re.compile(
             r"(?i:(?<![A-Za-z0-9_-])(?:(?P<auth>(?:proxy-)?authorization)(?:\\?[\"'])?[ \t]*[:=]"
-            r"[ \t]*(?:\\?[\"'])?[ \t]*(?:(?:bearer|token|bot|apikey|api-key|key)[ \t]+)?"
+            r"[ \t]*(?:\\?[\"'])?[ \t]*(?:(?P<scheme>bearer|token|bot|apikey|api-key|key)[ \t]+)?"
             r"|bearer[ \t]+))"
             r"(?P<secret>[A-Za-z0-9._~+/-]++=*+)"
         ),
@@ -327,19 +337,19 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "password_assignment",
         _assignment(_PASSWORD_WORDS),
-        refine_assignment,
+        refine_password_assignment,
         folded_anchors=_assignment_anchors(_PASSWORD_ENDINGS),
     ),
     Rule(
         "password_assignment",
         _flag(_PASSWORD_FLAG_WORDS),
-        refine_flag,
+        refine_password_flag,
         folded_anchors=(_flag_anchor(_PASSWORD_FLAG_WORDS),),
     ),
     Rule(
         "password_assignment",
         _SQL_NETRC_PASSWORD,
-        refine_flag,
+        refine_password_flag,
         folded_anchors=(r"password[ \t]", r"identified[ \t]+by[ \t]"),
     ),
     Rule(

@@ -87,8 +87,9 @@ JWT_RS256 = ".".join(
 OPAQUE_TOKEN = "PV0ACtmeimB6aiDEePaPxzn2MJAwDHJ9ZRijWy9u"
 DRF_TOKEN = "483b7d5d42f82352f7d28ac9ae893bcffb69e61a"
 GOOGLE_ACCESS_TOKEN = (
-    "ya29.a0AfH6SM9a8462HwltfCdh4zveu2huDYiWLe91myPxXn-XurDMh7FdxUTDqkex3OAMbgpHskVlsTZc0AV"
+    "ya29" + ".a0AfH6SM9a8462HwltfCdh4zveu2huDYiWLe91myPxXn-XurDMh7FdxUTDqkex3OAMbgpHskVlsTZc0AV"
 )
+GOOGLE_SERVICE_TOKEN = "ya29" + ".c.c0ASRK0GbZq3vYpL7mN2xW8tRkE4uJ9hQ1aF6dS0gC5iV3bX7nM2lO9pT4"
 BASIC_CREDENTIALS = "ZGVwbG95OldxN3ZOMnBMczk="  # base64("deploy:Wq7vN2pLs9")
 
 RSA_KEY = pem(
@@ -268,6 +269,40 @@ SECRETS = [
     ("pypi_token", f"[pypi]\nusername = __token__\npassword = {PYPI}", PYPI),
     ("huggingface_token", f"huggingface-cli login --token {HUGGING_FACE}", HUGGING_FACE),
     ("sendgrid_key", f"SENDGRID_API_KEY='{SENDGRID}'", SENDGRID),
+    # Passwords people choose: quoted phrases with spaces, plain words, lower-case keys.
+    (
+        "password_assignment",
+        'password: "correct horse battery staple"',
+        "correct horse battery staple",
+    ),
+    ("password_assignment", 'password="my pass phrase"', "my pass phrase"),
+    ("password_assignment", "password: correcthorsebattery", "correcthorsebattery"),
+    ("password_assignment", "  - db_password: 'staple battery horse'", "staple battery horse"),
+    ("password_assignment", 'psql --password "tr0ub4dor and three"', "tr0ub4dor and three"),
+    ("password_assignment", "**Password:** correcthorsebattery", "correcthorsebattery"),
+    # The whole value goes, punctuation inside it included.
+    ("password_assignment", "DB_PASSWORD=Tr0ub4dor&3", "Tr0ub4dor&3"),
+    ("password_assignment", "password: Tr0ub;4dor,3x", "Tr0ub;4dor,3x"),
+    ("secret_assignment", "API_SECRET=a9f8&e7d6)c5b4", "a9f8&e7d6)c5b4"),
+    (
+        "password_assignment",
+        "Server=db;Database=app;User Id=app;Password=Tr0ub4dor&3;Encrypt=true",
+        "Tr0ub4dor&3",
+    ),
+    # Short and non-JWT bearer values.
+    ("bearer_token", "Authorization: Bearer abcdefghij", "abcdefghij"),
+    ("bearer_token", "curl -H 'Authorization: Bearer s3cr3t' https://api.example.com", "s3cr3t"),
+    ("bearer_token", '{"Authorization": "Token letmeinplease"}', "letmeinplease"),
+    ("bearer_token", "DEBUG sent Bearer 9f8e7d6c5b4a to the proxy", "9f8e7d6c5b4a"),
+    # URL passwords that are also dictionary or placeholder words.
+    ("url_credentials", "https://user:pass@host", "pass"),
+    ("url_credentials", "redis://:secret@cache:6379/0", "secret"),
+    ("url_credentials", "git clone https://bob:password@git.example.com/x.git", "password"),
+    (
+        "secret_assignment",
+        "https://app.example.com/login?next=%2Fcb%3Faccess_token%3D9c4e1a7b3f2d8e6a%26state%3Dx",
+        "9c4e1a7b3f2d8e6a",
+    ),
 ]
 
 # Lines that mention passwords, tokens and keys, or carry hashes and base64,
@@ -351,6 +386,45 @@ CLEAN = [
     "Le mot de passe est hach\u00e9 \u2014 ne le copiez jamais. \U0001f510",
     "  color: #ff6600; border: 1px solid rgba(0, 0, 0, 0.1);",
     "Use the [REDACTED:github_token] placeholder the server returned.",
+    # Prose, code and values around the widened rules.
+    "the password field is required",
+    "reset your password: see the docs",
+    "Reset your password: follow the link in the email we sent.",
+    "Step 2 \u2014 choose a password: anything works on the demo server",
+    "password = getpass()",
+    "password = getpass.getpass(prompt)",
+    'password=os.environ["DB_PASSWORD"]',
+    'if password == "":',
+    "password = user_input",
+    "password: str = field(repr=False)",
+    '{"password": ["This field is required."]}',
+    '{"password": "This field is required."}',
+    'password: "Enter your password"',
+    'password: "must be at least 12 characters long"',
+    'raise ValueError("password: too short, try again")',
+    "passwd:         files systemd",
+    "passwd: compat",
+    "Password: required",
+    "commit 1b2c3d4e5f60718293a4b5c6d7e8f90123456789",
+    "Merge 9fceb02 into 3f9a2b1",
+    "trace 550e8400-e29b-41d4-a716-446655440000 and span 6ba7b810-9dad-11d1-80b4-00c04fd430c8",
+    "https://example.com/search?q=plumb&page=2&sort=asc",
+    "https://ci.example.com:8443/job/42/console",
+    "ssh bob@build-01.internal",
+    "scp ./dist.tar.gz deploy@10.0.0.7:/srv/app/",
+    "https://bob@example.com/acme/repo.git",
+    "Set the Authorization: Bearer header on every call.",
+    "Authorization: Bearer scheme",
+    "The API expects Authorization: Bearer tokens, not Basic.",
+    "token_type: Bearer",
+    'headers["Authorization"] = f"Bearer {token}"',
+    "Google access tokens start with ya29. and expire after an hour.",
+    "https://example.com/search?q=hello%20world%3Dyes",
+    "MY_TOKEN_NAME=github_token_ci",
+    "The GitHub prefix is ghp_\nand the rest is 36 random characters.",
+    "line one ends with a word\nline two starts with one",
+    "DB_PASSWORD=${DB_PASSWORD}&&make test",
+    "?user=bob&page=2;sort=asc",
 ]
 
 
@@ -389,6 +463,15 @@ def test_corpus_is_as_broad_as_promised() -> None:
             "Authorization: Bearer [REDACTED:bearer_token]",
         ),
         ("set PASSWORD=abc123def.", "set PASSWORD=[REDACTED:password_assignment]."),
+        ("DB_PASSWORD=Tr0ub4dor&3", "DB_PASSWORD=[REDACTED:password_assignment]"),
+        (
+            "https://example.com/login?password=abc123def&user=bob;lang=en",
+            "https://example.com/login?password=[REDACTED:password_assignment]&user=bob;lang=en",
+        ),
+        ("auth(password=Tr0ub4dor&3)", "auth(password=[REDACTED:password_assignment])"),
+        ('password: "my pass phrase"', 'password: "[REDACTED:password_assignment]"'),
+        ("Authorization: Bearer abcdefghij", "Authorization: Bearer [REDACTED:bearer_token]"),
+        ("https://user:pass@host", "https://user:[REDACTED:url_credentials]@host"),
     ],
 )
 def test_only_the_value_is_replaced_and_its_context_kept(line: str, expected: str) -> None:

@@ -100,6 +100,13 @@ EDGE_CASES = [
     "mysql -uroot -pR00tPw-42 app",
     "mysql app -pR00tPw-42",
     "REDIS_URL=rediss://default:Xk9mQ2vL7pR4@cache.internal:6380",
+    "next=%2Fcb%3Faccess_token%3D9c4e1a7b3f2d8e6a%26state%3Dx",
+    # Passwords as people choose them.
+    'PASSWORD: "Correct Horse Battery"',
+    "Password: correcthorsebattery",
+    "DB_PASSWORD=Tr0ub4dor&3",
+    "AUTHORIZATION: BEARER abcdefghij",
+    "https://user:pass@host",
     # The letters re.IGNORECASE pairs with i, s and k (str.lower() handles only the Kelvin sign).
     f"pa{LONG_S}{LONG_S}word: hunter2hunter2",
     f"author{DOTLESS_I}zation: Bearer {OPAQUE_TOKEN}",
