@@ -16,9 +16,12 @@ scrub() repeats its pass until nothing more is found, so scrubbing is
 idempotent.
 
 False positives are bugs too: hashes, UUIDs, code and prose must survive byte
-for byte. Prefixed token formats are therefore anchored on both sides, and the
-context-driven rules (assignments, ``Bearer``, URL passwords) only fire on
-values that look like a literal, not like a reference, a type or a placeholder.
+for byte. Prefixed token formats are therefore anchored on both sides (glue
+that no token holds, such as ``%3D`` or ``MY_TOKEN_``, does not count), and
+the context-driven rules (assignments, ``Bearer``, URL passwords) only fire on
+values that look like a literal, not like a reference, a type or a
+placeholder. Leaks are worse: a value is redacted whole, up to the
+punctuation inside it (``Tr0ub4dor&3``).
 
 Every rule starts at a literal (a prefix, a keyword, ``://``) or a token
 boundary, and its repeats are possessive or run over a class that cannot match

@@ -52,9 +52,36 @@ class Rule:
         return None if is_dummy_token(match.string[span[0] : span[1]]) else span
 
 
-# A prefixed token must not be glued to more token characters on either side,
-# or a substring of a longer identifier or base64 blob would be redacted.
-_B = r"(?<![A-Za-z0-9_-])"
+_TOKEN_CHAR = r"[A-Za-z0-9_-]"
+
+
+def _token_start(prefix: str, *, word_glue: bool = True, token_char: str = _TOKEN_CHAR) -> str:
+    """``prefix`` (fixed width) where it starts a token, not the inside of a longer one.
+
+    A prefixed token must not be glued to more token characters, or a
+    substring of a longer identifier or base64 blob would be redacted. Glue
+    that cannot belong to a token does not count: a percent-encoded byte
+    (access_token%3Dghp_..., %20ghp_...) or an escaped line break or tab
+    (JSON's "...\\nghp_..."), as base64 and base64url hold no "%" and no "\\".
+    With ``word_glue``, a word joined by "_" or "-" does not count either
+    (MY_TOKEN_ghp_...): a base64url blob holds "_ghp_" and 36 letters and
+    digits about once in 10^9 positions. Not for three-character prefixes
+    (sk-, hf_), which a blob holds a thousand times as often.
+
+    The look-behinds follow the prefix instead of preceding it: a pattern that
+    starts with a literal is searched for that literal, some thirty times
+    faster than trying a look-behind at every position of the body.
+    """
+    allowed = [
+        rf"(?<!{token_char}{prefix})",
+        rf"(?<=%[0-9A-Fa-f]{{2}}{prefix})",
+        rf"(?<=\\[nrt]{prefix})",
+    ]
+    if word_glue:
+        allowed.append(rf"(?<=[A-Za-z0-9][_-]{prefix})")
+    return prefix + "(?:" + "|".join(allowed) + ")"
+
+
 _E = r"(?![A-Za-z0-9_-])"
 
 # A bare (unquoted) value stops at whitespace and at characters that end a
@@ -184,21 +211,25 @@ RULES: tuple[Rule, ...] = (
     # plumb project key: plumb_key_ + 8 [a-z0-9] + _ + 43 base64url.
     Rule(
         "plumb_project_key",
-        re.compile(_B + r"plumb_key_[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
+        re.compile(_token_start("plumb_key_") + r"[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
         anchors=(r"plumb_key_",),
     ),
     # plumb session token: plumb_tok_ + 8 [a-z0-9] + _ + 43 base64url.
     Rule(
         "plumb_session_token",
-        re.compile(_B + r"plumb_tok_[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
+        re.compile(_token_start("plumb_tok_") + r"[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
         anchors=(r"plumb_tok_",),
     ),
     # Anthropic: sk-ant-api03-..., sk-ant-admin01-..., sk-ant-sid01-...
-    Rule("anthropic_key", re.compile(_B + r"sk-ant-[A-Za-z0-9_-]{20,}+"), anchors=(r"sk-ant-",)),
+    Rule(
+        "anthropic_key",
+        re.compile(_token_start("sk-ant-") + r"[A-Za-z0-9_-]{20,}+"),
+        anchors=(r"sk-ant-",),
+    ),
     # OpenAI: legacy sk- + 48 alnum, sk-proj-..., sk-svcacct-..., sk-admin-...
     Rule(
         "openai_key",
-        re.compile(_B + r"sk-(?!ant-)[A-Za-z0-9_-]{20,}+"),
+        re.compile(_token_start("sk-", word_glue=False) + r"(?!ant-)[A-Za-z0-9_-]{20,}+"),
         refine_mixed_case,
         anchors=(r"sk-",),
     ),
@@ -207,7 +238,12 @@ RULES: tuple[Rule, ...] = (
     # github_pat_ + 22 alnum + _ + 59 alnum.
     Rule(
         "github_token",
-        re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_[A-Za-z0-9_]{50,}+)"),
+        re.compile(
+            _token_start("gh[pousr]_")
+            + r"[A-Za-z0-9]{36,}+|"
+            + _token_start("github_pat_")
+            + r"[A-Za-z0-9_]{50,}+"
+        ),
         anchors=(r"gh[pousr]_", r"github_pat_"),
     ),
     # GitLab: glpat- (personal/project/group), gldt- (deploy), glptt-
@@ -218,8 +254,11 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "gitlab_token",
         re.compile(
-            _B + r"(?:" + _GITLAB_PREFIX + r"[A-Za-z0-9_-]{20,}+"
-            r"(?:\.[A-Za-z0-9_-]++)*+|GR1348941[A-Za-z0-9_-]{20,}+)"
+            _token_start("gl")
+            + _GITLAB_PREFIX[2:]
+            + r"[A-Za-z0-9_-]{20,}+(?:\.[A-Za-z0-9_-]++)*+|"
+            + _token_start("GR1348941")
+            + r"[A-Za-z0-9_-]{20,}+"
         ),
         anchors=(_GITLAB_PREFIX, r"GR1348941"),
     ),
@@ -229,7 +268,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "slack_token",
         re.compile(
-            _B + r"(?:" + _SLACK_PREFIX + r"[A-Za-z0-9-]{10,}+|xapp-[0-9]+-[A-Za-z0-9-]{10,}+)"
+            _token_start(_SLACK_PREFIX)
+            + r"[A-Za-z0-9-]{10,}+|"
+            + _token_start("xapp-")
+            + r"[0-9]+-[A-Za-z0-9-]{10,}+"
             r"|https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}+"
         ),
         anchors=(_SLACK_PREFIX, r"xapp-", r"hooks\.slack\.com/"),
@@ -240,37 +282,69 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "stripe_key",
         re.compile(
-            r"(?<![A-Za-z0-9_])(?:(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{20,}+|whsec_[A-Za-z0-9]{32,}+)"
+            r"(?:"
+            + _token_start("[sr]k_(?:live|test)_", token_char="[A-Za-z0-9_]")
+            + r"[A-Za-z0-9]{20,}+|"
+            + _token_start("whsec_", token_char="[A-Za-z0-9_]")
+            + r"[A-Za-z0-9]{32,}+)"
             + _E
         ),
         anchors=(r"k_(?:live|test)_", r"whsec_"),
     ),
     # Google API key: AIza + 35 base64url.
-    Rule("google_api_key", re.compile(_B + r"AIza[A-Za-z0-9_-]{35}" + _E), anchors=(r"AIza",)),
+    Rule(
+        "google_api_key",
+        re.compile(_token_start("AIza") + r"[A-Za-z0-9_-]{35}" + _E),
+        anchors=(r"AIza",),
+    ),
+    # Google OAuth 2.0 access token: ya29. + base64url, ya29.c. for service
+    # accounts; it is a bearer credential for an hour, whatever header it is in.
+    Rule(
+        "google_oauth_token",
+        re.compile(_token_start(r"ya29\.") + r"(?:[A-Za-z0-9_-]++\.)?[A-Za-z0-9_-]{20,}+"),
+        anchors=(r"ya29\.",),
+    ),
     # npm access token: npm_ + 36 alnum.
-    Rule("npm_token", re.compile(_B + r"npm_[A-Za-z0-9]{36}" + _E), anchors=(r"npm_",)),
+    Rule(
+        "npm_token",
+        re.compile(_token_start("npm_") + r"[A-Za-z0-9]{36}" + _E),
+        anchors=(r"npm_",),
+    ),
     # PyPI API token: pypi- + a macaroon, base64 starting AgE (AgEIcHlwaS5vcmc
     # for pypi.org, AgENdGVzdC5weXBpLm9yZw for TestPyPI).
-    Rule("pypi_token", re.compile(_B + r"pypi-AgE[A-Za-z0-9_-]{50,}+"), anchors=(r"pypi-AgE",)),
+    Rule(
+        "pypi_token",
+        re.compile(_token_start("pypi-AgE") + r"[A-Za-z0-9_-]{50,}+"),
+        anchors=(r"pypi-AgE",),
+    ),
     # Hugging Face user access token: hf_ + 34 letters.
-    Rule("huggingface_token", re.compile(_B + r"hf_[A-Za-z0-9]{34,}+" + _E), anchors=(r"hf_",)),
+    Rule(
+        "huggingface_token",
+        re.compile(_token_start("hf_", word_glue=False) + r"[A-Za-z0-9]{34,}+" + _E),
+        anchors=(r"hf_",),
+    ),
     # SendGrid API key: SG. + 22 + . + 43 base64url.
     Rule(
         "sendgrid_key",
-        re.compile(_B + r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _E),
+        re.compile(_token_start(r"SG\.") + r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _E),
         anchors=(r"SG\.",),
     ),
     # AWS access key id: AKIA (long-term), ASIA (STS), ABIA, ACCA + 16 upper alnum.
     Rule(
         "aws_access_key_id",
-        re.compile(r"(?<![A-Za-z0-9])" + _AWS_KEY_ID_PREFIX + r"[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        re.compile(
+            _token_start(_AWS_KEY_ID_PREFIX, word_glue=False, token_char="[A-Za-z0-9]")
+            + r"[A-Z0-9]{16}(?![A-Za-z0-9])"
+        ),
         anchors=(_AWS_KEY_ID_PREFIX,),
     ),
     # JWT (JWS compact form): base64url header starting eyJ ({"), payload and
     # signature, dot-separated. A single eyJ... segment is plain base64 JSON.
     Rule(
         "jwt",
-        re.compile(_B + r"eyJ[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{10,}+"),
+        re.compile(
+            _token_start("eyJ") + r"[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{10,}+"
+        ),
         anchors=(r"eyJ",),
     ),
     # AWS secret access key: 40 base64 characters, recognised only in an

@@ -183,7 +183,7 @@ SECRETS = [
     ),
     ("bearer_token", f"Authorization: Token {DRF_TOKEN}", DRF_TOKEN),
     (
-        "bearer_token",
+        "google_oauth_token",
         f'headers = {{"Authorization": "Bearer {GOOGLE_ACCESS_TOKEN}"}}',
         GOOGLE_ACCESS_TOKEN,
     ),
@@ -294,10 +294,28 @@ SECRETS = [
     ("bearer_token", "curl -H 'Authorization: Bearer s3cr3t' https://api.example.com", "s3cr3t"),
     ("bearer_token", '{"Authorization": "Token letmeinplease"}', "letmeinplease"),
     ("bearer_token", "DEBUG sent Bearer 9f8e7d6c5b4a to the proxy", "9f8e7d6c5b4a"),
+    # Google OAuth access tokens, alone or in an assignment.
+    ("google_oauth_token", f"export ACCESS_TOKEN={GOOGLE_ACCESS_TOKEN}", GOOGLE_ACCESS_TOKEN),
+    (
+        "google_oauth_token",
+        f"gcloud printed {GOOGLE_SERVICE_TOKEN} and it expires in an hour",
+        GOOGLE_SERVICE_TOKEN,
+    ),
     # URL passwords that are also dictionary or placeholder words.
     ("url_credentials", "https://user:pass@host", "pass"),
     ("url_credentials", "redis://:secret@cache:6379/0", "secret"),
     ("url_credentials", "git clone https://bob:password@git.example.com/x.git", "password"),
+    # Tokens glued to a word, or URL- or JSON-encoded.
+    (
+        "github_token",
+        f"https://app.example.com/cb?next=%2Fhome%26access_token%3D{GITHUB_CLASSIC}",
+        GITHUB_CLASSIC,
+    ),
+    ("github_token", f"q=deploy%20{GITHUB_CLASSIC}", GITHUB_CLASSIC),
+    ("github_token", f"MY_TOKEN_{GITHUB_CLASSIC}", GITHUB_CLASSIC),
+    ("github_token", f'{{"log": "token:\\n{GITHUB_CLASSIC}"}}', GITHUB_CLASSIC),
+    ("slack_token", f"channel-{SLACK_BOT}", SLACK_BOT),
+    ("aws_access_key_id", f"id%3D{AWS_KEY_ID}", AWS_KEY_ID),
     (
         "secret_assignment",
         "https://app.example.com/login?next=%2Fcb%3Faccess_token%3D9c4e1a7b3f2d8e6a%26state%3Dx",
@@ -472,6 +490,8 @@ def test_corpus_is_as_broad_as_promised() -> None:
         ('password: "my pass phrase"', 'password: "[REDACTED:password_assignment]"'),
         ("Authorization: Bearer abcdefghij", "Authorization: Bearer [REDACTED:bearer_token]"),
         ("https://user:pass@host", "https://user:[REDACTED:url_credentials]@host"),
+        (f"MY_TOKEN_{GITHUB_CLASSIC}", "MY_TOKEN_[REDACTED:github_token]"),
+        (f"a=%20{GITHUB_CLASSIC}%20b", "a=%20[REDACTED:github_token]%20b"),
     ],
 )
 def test_only_the_value_is_replaced_and_its_context_kept(line: str, expected: str) -> None:

@@ -100,6 +100,11 @@ EDGE_CASES = [
     "mysql -uroot -pR00tPw-42 app",
     "mysql app -pR00tPw-42",
     "REDIS_URL=rediss://default:Xk9mQ2vL7pR4@cache.internal:6380",
+    # Tokens glued to a word or encoded.
+    f"MY_TOKEN_{GITHUB_CLASSIC}",
+    f"access_token%3D{GITHUB_CLASSIC}",
+    f"log:\\n{JWT_HS256}",
+    "ya29" + ".a0AfH6SM9a8462HwltfCdh4zveu2huDYiWLe91myPxXn",
     "next=%2Fcb%3Faccess_token%3D9c4e1a7b3f2d8e6a%26state%3Dx",
     # Passwords as people choose them.
     'PASSWORD: "Correct Horse Battery"',
