@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from common.scrubbing.refine import (
     Span,
@@ -44,6 +45,16 @@ class Rule:
     # then no body is skipped.
     anchors: tuple[str, ...] = ()
     folded_anchors: tuple[str, ...] = ()
+    # Whether a token of this rule may be cut in two by a line break, as a
+    # terminal wraps it (``common.scrubbing.wrap``); such a rule has ``anchors``
+    # (its prefix). ``full_length``: the length of a whole token, where the
+    # pattern also accepts shorter ones.
+    wraps: bool = False
+    full_length: int | None = None
+
+    @cached_property
+    def compiled_anchors(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(re.compile(anchor) for anchor in self.anchors)
 
     def span(self, match: re.Match[str]) -> Span | None:
         span = secret_span(match)
@@ -181,6 +192,8 @@ _PEM_END = r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
 _GITLAB_PREFIX = r"gl(?:pat|dt|ptt|rt|oas|cbt|imt|ft|agent|soat|ffct|wt)-"
 _SLACK_PREFIX = r"xox[abposre]-"
 _AWS_KEY_ID_PREFIX = r"(?:AKIA|ASIA|ABIA|ACCA)"
+# plumb_key_ or plumb_tok_, 8 characters, "_", and 43 of base64url.
+_PLUMB_CREDENTIAL_LENGTH = 10 + 8 + 1 + 43
 # Authorization header name up to its separator, as basic_auth and bearer_token
 # spell it (after the optional "proxy-").
 _AUTHORIZATION_ANCHOR = r"authorization(?:\\?[\"'])?[ \t]*[:=]"
@@ -213,18 +226,23 @@ RULES: tuple[Rule, ...] = (
         "plumb_project_key",
         re.compile(_token_start("plumb_key_") + r"[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
         anchors=(r"plumb_key_",),
+        wraps=True,
+        full_length=_PLUMB_CREDENTIAL_LENGTH,
     ),
     # plumb session token: plumb_tok_ + 8 [a-z0-9] + _ + 43 base64url.
     Rule(
         "plumb_session_token",
         re.compile(_token_start("plumb_tok_") + r"[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
         anchors=(r"plumb_tok_",),
+        wraps=True,
+        full_length=_PLUMB_CREDENTIAL_LENGTH,
     ),
     # Anthropic: sk-ant-api03-..., sk-ant-admin01-..., sk-ant-sid01-...
     Rule(
         "anthropic_key",
         re.compile(_token_start("sk-ant-") + r"[A-Za-z0-9_-]{20,}+"),
         anchors=(r"sk-ant-",),
+        wraps=True,
     ),
     # OpenAI: legacy sk- + 48 alnum, sk-proj-..., sk-svcacct-..., sk-admin-...
     Rule(
@@ -232,19 +250,23 @@ RULES: tuple[Rule, ...] = (
         re.compile(_token_start("sk-", word_glue=False) + r"(?!ant-)[A-Za-z0-9_-]{20,}+"),
         refine_mixed_case,
         anchors=(r"sk-",),
+        wraps=True,
     ),
     # GitHub classic: ghp_ (personal), gho_ (OAuth), ghu_ (user-to-server),
-    # ghs_ (server-to-server), ghr_ (refresh) + 36 alnum; fine-grained PATs:
-    # github_pat_ + 22 alnum + _ + 59 alnum.
+    # ghs_ (server-to-server), ghr_ (refresh) + 36 alnum.
     Rule(
         "github_token",
-        re.compile(
-            _token_start("gh[pousr]_")
-            + r"[A-Za-z0-9]{36,}+|"
-            + _token_start("github_pat_")
-            + r"[A-Za-z0-9_]{50,}+"
-        ),
-        anchors=(r"gh[pousr]_", r"github_pat_"),
+        re.compile(_token_start("gh[pousr]_") + r"[A-Za-z0-9]{36,}+"),
+        anchors=(r"gh[pousr]_",),
+        wraps=True,
+    ),
+    # GitHub fine-grained PATs: github_pat_ + 22 alnum + _ + 59 alnum.
+    Rule(
+        "github_token",
+        re.compile(_token_start("github_pat_") + r"[A-Za-z0-9_]{50,}+"),
+        anchors=(r"github_pat_",),
+        wraps=True,
+        full_length=93,
     ),
     # GitLab: glpat- (personal/project/group), gldt- (deploy), glptt-
     # (pipeline trigger), glrt- (runner), gloas- (OAuth secret), glcbt- (CI
@@ -261,6 +283,7 @@ RULES: tuple[Rule, ...] = (
             + r"[A-Za-z0-9_-]{20,}+"
         ),
         anchors=(_GITLAB_PREFIX, r"GR1348941"),
+        wraps=True,
     ),
     # Slack: xoxb- (bot), xoxp- (user), xoxa-/xoxr- (app/refresh), xoxs-,
     # xoxo-, xoxe-; xapp-1-... app-level tokens; incoming webhook URLs, which
@@ -275,6 +298,7 @@ RULES: tuple[Rule, ...] = (
             r"|https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}+"
         ),
         anchors=(_SLACK_PREFIX, r"xapp-", r"hooks\.slack\.com/"),
+        wraps=True,
     ),
     # Stripe secret (sk_live_/sk_test_) and restricted (rk_live_/rk_test_)
     # keys, and webhook signing secrets (whsec_). Publishable pk_ keys are
@@ -290,12 +314,14 @@ RULES: tuple[Rule, ...] = (
             + _E
         ),
         anchors=(r"k_(?:live|test)_", r"whsec_"),
+        wraps=True,
     ),
     # Google API key: AIza + 35 base64url.
     Rule(
         "google_api_key",
         re.compile(_token_start("AIza") + r"[A-Za-z0-9_-]{35}" + _E),
         anchors=(r"AIza",),
+        wraps=True,
     ),
     # Google OAuth 2.0 access token: ya29. + base64url, ya29.c. for service
     # accounts; it is a bearer credential for an hour, whatever header it is in.
@@ -303,12 +329,14 @@ RULES: tuple[Rule, ...] = (
         "google_oauth_token",
         re.compile(_token_start(r"ya29\.") + r"(?:[A-Za-z0-9_-]++\.)?[A-Za-z0-9_-]{20,}+"),
         anchors=(r"ya29\.",),
+        wraps=True,
     ),
     # npm access token: npm_ + 36 alnum.
     Rule(
         "npm_token",
         re.compile(_token_start("npm_") + r"[A-Za-z0-9]{36}" + _E),
         anchors=(r"npm_",),
+        wraps=True,
     ),
     # PyPI API token: pypi- + a macaroon, base64 starting AgE (AgEIcHlwaS5vcmc
     # for pypi.org, AgENdGVzdC5weXBpLm9yZw for TestPyPI).
@@ -316,18 +344,21 @@ RULES: tuple[Rule, ...] = (
         "pypi_token",
         re.compile(_token_start("pypi-AgE") + r"[A-Za-z0-9_-]{50,}+"),
         anchors=(r"pypi-AgE",),
+        wraps=True,
     ),
     # Hugging Face user access token: hf_ + 34 letters.
     Rule(
         "huggingface_token",
         re.compile(_token_start("hf_", word_glue=False) + r"[A-Za-z0-9]{34,}+" + _E),
         anchors=(r"hf_",),
+        wraps=True,
     ),
     # SendGrid API key: SG. + 22 + . + 43 base64url.
     Rule(
         "sendgrid_key",
         re.compile(_token_start(r"SG\.") + r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _E),
         anchors=(r"SG\.",),
+        wraps=True,
     ),
     # AWS access key id: AKIA (long-term), ASIA (STS), ABIA, ACCA + 16 upper alnum.
     Rule(
@@ -337,6 +368,7 @@ RULES: tuple[Rule, ...] = (
             + r"[A-Z0-9]{16}(?![A-Za-z0-9])"
         ),
         anchors=(_AWS_KEY_ID_PREFIX,),
+        wraps=True,
     ),
     # JWT (JWS compact form): base64url header starting eyJ ({"), payload and
     # signature, dot-separated. A single eyJ... segment is plain base64 JSON.
@@ -346,6 +378,7 @@ RULES: tuple[Rule, ...] = (
             _token_start("eyJ") + r"[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{10,}+"
         ),
         anchors=(r"eyJ",),
+        wraps=True,
     ),
     # AWS secret access key: 40 base64 characters, recognised only in an
     # assignment (aws_secret_access_key = ..., AWS_SECRET_ACCESS_KEY: ...,

@@ -321,6 +321,22 @@ SECRETS = [
         "https://app.example.com/login?next=%2Fcb%3Faccess_token%3D9c4e1a7b3f2d8e6a%26state%3Dx",
         "9c4e1a7b3f2d8e6a",
     ),
+    # A token broken across two lines by terminal wrapping at a fixed column.
+    (
+        "github_token",
+        f"$ echo $GITHUB_TOKEN\n{GITHUB_CLASSIC[:24]}\n{GITHUB_CLASSIC[24:]}\n$ ",
+        f"{GITHUB_CLASSIC[:24]}\n{GITHUB_CLASSIC[24:]}",
+    ),
+    (
+        "github_token",
+        f"export GH_TOKEN={GITHUB_FINE_GRAINED[:64]}\r\n{GITHUB_FINE_GRAINED[64:]}",
+        f"{GITHUB_FINE_GRAINED[:64]}\r\n{GITHUB_FINE_GRAINED[64:]}",
+    ),
+    (
+        "jwt",
+        f"Authorization: Bearer {JWT_HS256[:50]}\n{JWT_HS256[50:]}",
+        f"{JWT_HS256[:50]}\n{JWT_HS256[50:]}",
+    ),
 ]
 
 # Lines that mention passwords, tokens and keys, or carry hashes and base64,
@@ -461,9 +477,9 @@ def test_clean_line_survives_byte_for_byte(line: str) -> None:
 
 
 def test_corpus_is_as_broad_as_promised() -> None:
-    assert len(SECRETS) >= 45
-    assert len({kind for kind, _, _ in SECRETS}) >= 15
-    assert len(CLEAN) >= 45
+    assert len(SECRETS) >= 95
+    assert len({kind for kind, _, _ in SECRETS}) >= 23
+    assert len(CLEAN) >= 110
 
 
 @pytest.mark.parametrize(
@@ -595,6 +611,73 @@ def test_scrubbing_random_mixes_of_secret_fragments_is_idempotent() -> None:
         once = scrub(body)
 
         assert scrub(once.text) == ScrubResult(text=once.text, scrubbed=[]), seed
+
+
+@pytest.mark.parametrize("column", range(4, 40))
+def test_a_github_token_wrapped_at_any_column_is_redacted_whole(column: int) -> None:
+    body = f"$ gh auth token\n{GITHUB_CLASSIC[:column]}\n{GITHUB_CLASSIC[column:]}\n$ exit"
+
+    result = scrub(body)
+
+    assert result.text == "$ gh auth token\n[REDACTED:github_token]\n$ exit"
+    assert result.scrubbed == [{"kind": "github_token", "count": 1}]
+
+
+# (kind, token, columns): wrapped at each of these columns, the token is redacted whole.
+# Fixed-length formats join at any column; variable-length ones while the first
+# line alone is shorter than their shortest form (longer ones keep their first line
+# redacted on its own).
+WRAPPED_TOKENS = [
+    ("github_token", GITHUB_FINE_GRAINED, range(11, 93)),
+    ("plumb_project_key", PLUMB_KEY, range(10, 62)),
+    ("plumb_session_token", PLUMB_TOKEN, range(10, 62)),
+    ("google_api_key", GOOGLE_MAPS, range(4, 39)),
+    ("npm_token", NPM, range(4, 40)),
+    ("huggingface_token", HUGGING_FACE, range(3, 37)),
+    ("sendgrid_key", SENDGRID, range(3, 69)),
+    ("aws_access_key_id", AWS_KEY_ID, range(4, 20)),
+    ("gitlab_token", GITLAB_PAT, range(6, 26)),
+    ("jwt", JWT_HS256, range(3, JWT_HS256.rindex(".") + 10)),
+    ("openai_key", OPENAI_LEGACY, range(3, 23)),
+    ("anthropic_key", ANTHROPIC_API, range(7, 27)),
+    ("slack_token", SLACK_BOT, range(5, 15)),
+    ("stripe_key", STRIPE_LIVE, range(8, 28)),
+    ("google_oauth_token", GOOGLE_ACCESS_TOKEN, range(5, 25)),
+    ("pypi_token", PYPI, range(8, 58)),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "token", "columns"), WRAPPED_TOKENS, ids=[kind for kind, _, _ in WRAPPED_TOKENS]
+)
+def test_a_token_wrapped_before_its_shortest_form_ends_is_redacted_whole(
+    kind: str, token: str, columns: range
+) -> None:
+    for column in columns:
+        body = f"pasted:\n{token[:column]}\n{token[column:]}\nthanks"
+
+        result = scrub(body)
+
+        assert result.text == f"pasted:\n[REDACTED:{kind}]\nthanks", column
+        assert result.scrubbed == [{"kind": kind, "count": 1}], column
+
+
+def test_a_token_that_ends_its_line_does_not_swallow_the_next_line() -> None:
+    body = f"export GITHUB_TOKEN={GITHUB_CLASSIC}\nexport NEXT=abc123\n{JWT_HS256}\nDone9 today"
+
+    result = scrub(body)
+
+    assert result.text == (
+        "export GITHUB_TOKEN=[REDACTED:github_token]\nexport NEXT=abc123\n"
+        "[REDACTED:jwt]\nDone9 today"
+    )
+
+
+def test_half_a_token_at_the_end_of_a_line_is_joined_only_if_the_whole_is_a_token() -> None:
+    # 20 characters after ghp_ and 5 on the next line are no GitHub token.
+    body = f"{GITHUB_CLASSIC[:24]}\nabcde and more"
+
+    assert scrub(body) == ScrubResult(text=body, scrubbed=[])
 
 
 def test_private_key_pasted_without_its_end_line_loses_every_body_line() -> None:

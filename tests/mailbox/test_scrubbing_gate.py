@@ -100,10 +100,13 @@ EDGE_CASES = [
     "mysql -uroot -pR00tPw-42 app",
     "mysql app -pR00tPw-42",
     "REDIS_URL=rediss://default:Xk9mQ2vL7pR4@cache.internal:6380",
-    # Tokens glued to a word or encoded.
+    # Tokens glued to a word or encoded, and tokens a terminal wrapped.
     f"MY_TOKEN_{GITHUB_CLASSIC}",
     f"access_token%3D{GITHUB_CLASSIC}",
     f"log:\\n{JWT_HS256}",
+    f"{GITHUB_CLASSIC[:20]}\n{GITHUB_CLASSIC[20:]}",
+    f"x\r\n{JWT_HS256[:40]}\r\n{JWT_HS256[40:]}",
+    f"key={PLUMB_KEY[:30]}\n{PLUMB_KEY[30:]}",
     "ya29" + ".a0AfH6SM9a8462HwltfCdh4zveu2huDYiWLe91myPxXn",
     "next=%2Fcb%3Faccess_token%3D9c4e1a7b3f2d8e6a%26state%3Dx",
     # Passwords as people choose them.
