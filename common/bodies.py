@@ -1,4 +1,8 @@
-"""Rules every stored text follows, for notes and room messages alike."""
+"""Rules every stored text follows, for notes and room messages alike, and for
+the short texts of rooms (titles, topics, display names).
+"""
+
+from typing import cast
 
 from common.errors import BodyTooLarge, ValidationFailed
 from common.limits import BODY_MAX_BYTES, IDEMPOTENCY_KEY_MAX
@@ -41,6 +45,35 @@ def body_prepare(body: object) -> ScrubResult:
             },
         )
     return scrubbed
+
+
+def text_prepare(value: str, *, field: str, max_length: int) -> ScrubResult:
+    """Scrub the secrets of a short stored text (a room's title or topic, a display name).
+
+    Agents paste into these what they paste into bodies, and every member reads
+    them (SPEC §3.5). The caller has checked what was sent; the length limit
+    (in characters, as the column has it) holds for what would be stored too:
+    a marker is often longer than the secret it replaces, and a text cut to
+    fit could end in half a marker, so it is refused (``validation_error``).
+    """
+    scrubbed = scrub(value)
+    if len(scrubbed.text) > max_length:
+        raise ValidationFailed(
+            f"{field} would be {len(scrubbed.text)} characters once its secrets are "
+            f"redacted; the limit is {max_length}.",
+            details={field: [f"At most {max_length} characters once secrets are redacted."]},
+        )
+    return scrubbed
+
+
+def scrubbed_merge(*results: ScrubResult) -> list[dict[str, object]]:
+    """What several texts had scrubbed, as one list: each kind once, counts added up."""
+    counts: dict[str, int] = {}
+    for result in results:
+        for item in result.scrubbed:
+            kind = str(item["kind"])
+            counts[kind] = counts.get(kind, 0) + cast(int, item["count"])
+    return [{"kind": kind, "count": count} for kind, count in counts.items()]
 
 
 def idempotency_key_check(key: object) -> None:

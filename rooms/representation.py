@@ -120,12 +120,16 @@ class RoomSerializer(serializers.Serializer):
 # --- response bodies, shared by the REST views and the MCP tools ------------------
 
 
-def room_event_body(room, event) -> dict:
-    return {
+def room_event_body(room, event, *, scrubbed: list[dict] | None = None) -> dict:
+    """A room and the event a call appended; ``scrubbed`` where the call stored texts."""
+    body = {
         "room": room_json(room),
         "event": event_json(event) if event is not None else None,
         "latest_seq": room.head_seq,
     }
+    if scrubbed is not None:
+        body["scrubbed"] = scrubbed
+    return body
 
 
 def room_json(room) -> dict:

@@ -16,9 +16,13 @@ scrub() repeats its pass until nothing more is found, so scrubbing is
 idempotent.
 
 False positives are bugs too: hashes, UUIDs, code and prose must survive byte
-for byte. Prefixed token formats are therefore anchored on both sides, and the
-context-driven rules (assignments, ``Bearer``, URL passwords) only fire on
-values that look like a literal, not like a reference, a type or a placeholder.
+for byte. Prefixed token formats are therefore anchored on both sides (glue
+that no token holds, such as ``%3D`` or ``MY_TOKEN_``, does not count), and
+the context-driven rules (assignments, ``Bearer``, URL passwords) only fire on
+values that look like a literal, not like a reference, a type or a
+placeholder. Leaks are worse: a value is redacted whole, up to the
+punctuation inside it (``Tr0ub4dor&3``), and a token that a terminal wrapped
+onto two lines is joined again (``wrap.py``).
 
 Every rule starts at a literal (a prefix, a keyword, ``://``) or a token
 boundary, and its repeats are possessive or run over a class that cannot match
@@ -29,18 +33,21 @@ Most bodies hold no secret, so ``scrub`` first asks the prefilter whether any
 rule can match at all (``prefilter.py``) and runs the table only if so;
 ``scrub_full`` always runs it. The package splits the rule table
 (``rules.py``) from the checks that tell a literal secret from a reference or
-a placeholder (``refine.py``).
+a placeholder (``refine.py``) and from the joining of wrapped tokens
+(``wrap.py``).
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 from dataclasses import dataclass
 
 from common.scrubbing.prefilter import Prefilter
 from common.scrubbing.refine import Span
 from common.scrubbing.rules import RULES
+from common.scrubbing.wrap import Unwrapper
 
 __all__ = ["ScrubResult", "scrub", "scrub_full"]
 
@@ -57,6 +64,7 @@ class ScrubResult:
 
 
 _PREFILTER = Prefilter(RULES)
+_UNWRAPPER = Unwrapper(RULES)
 
 
 def _overlaps(taken: list[Span], span: Span) -> bool:
@@ -73,9 +81,13 @@ def _find(text: str) -> list[tuple[int, int, str]]:
     # nested in or reported over another one.
     taken: list[Span] = [marker.span() for marker in _MARKER_RE.finditer(text)]
     found: list[tuple[int, int, str]] = []
-    for rule in RULES:
-        for match in rule.pattern.finditer(text):
-            span = rule.span(match)
+    sites = _UNWRAPPER.find_sites(text)
+    for index, rule in enumerate(RULES):
+        # A token cut by a line break first: its first line alone may also
+        # match (a fine-grained GitHub token), and must not win.
+        wrapped = _UNWRAPPER.spans(index, text, sites) if rule.wraps and sites else ()
+        plain = (rule.span(match) for match in rule.pattern.finditer(text))
+        for span in itertools.chain(wrapped, plain):
             if span is None or span[0] >= span[1] or _overlaps(taken, span):
                 continue
             bisect.insort(taken, span)

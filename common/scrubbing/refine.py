@@ -23,6 +23,9 @@ _PLACEHOLDER_WORDS = frozenset({
     "nil", "none", "notset", "null", "number", "object", "optional", "pass", "passwd",
     "password", "placeholder", "redacted", "removed", "required", "sample", "secret", "str",
     "string", "tbd", "todo", "token", "true", "undefined", "unset", "value",
+    # What status lines say about a password ("Password: unchanged").
+    "disabled", "enabled", "encrypted", "generated", "hashed", "omitted", "provided",
+    "unchanged", "unknown",
 })
 # fmt: on
 _PLACEHOLDER_FRAGMENTS = ("${", "{{", "$(", "%(", "...", "\u2026", "***", "example")
@@ -42,6 +45,39 @@ _KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 # trimmed character stays readable.
 _TRAILING_PUNCTUATION = "."
 _MIN_LITERAL_LENGTH = 6
+# A bearer value that has to look random (after a bare "Bearer", or inside a
+# sentence) has to be this long too.
+_MIN_TOKEN_LENGTH = 8
+# A quoted password with spaces is a passphrase only if it does not read as a
+# sentence; these are the small words of messages and labels (not "my": "my
+# pass phrase"), and at most this many words.
+# fmt: off
+_PROSE_WORDS = frozenset({
+    "a", "an", "are", "at", "be", "been", "can", "can't", "cannot", "characters", "could",
+    "empty", "enter", "field", "for", "from", "incorrect", "invalid", "is", "it", "its",
+    "least", "missing", "must", "not", "of", "please", "required", "should", "that", "the",
+    "these", "this", "those", "too", "was", "were", "will", "would", "wrong", "you", "your",
+})
+# fmt: on
+_PASSPHRASE_MAX_WORDS = 8
+_SENTENCE_ENDINGS = (".", ":", "?", "\u2026")
+_FORMAT_RE = re.compile(r"%[-+ #0-9.]*[sdifr]|\{\w*\}")
+# Words that follow "Authorization: Bearer" in prose about the header.
+# fmt: off
+_AUTH_PROSE_WORDS = frozenset({
+    "auth", "authentication", "authorization", "credential", "credentials", "format", "header",
+    "headers", "prefix", "scheme", "schemes", "tokens",
+})
+# fmt: on
+# What may precede a key at the start of its line (indentation, list and quote
+# markup, bold); what may follow a value that ends its line (a comment may);
+# what may follow a header's value that ends the header (a closing quote, an
+# escaped line break).
+_LINE_LEAD_RE = re.compile(r"[ \t>*#\-\"']*+")
+_LINE_END_RE = re.compile(r"[ \t]*+(?:[\r\n#]|\Z)")
+_HEADER_END_RE = re.compile(r"[ \t]*+(?:[\r\n\"'`\\]|\Z)")
+# An encoded "&" or blank ends a percent-encoded value.
+_ENCODED_SEPARATOR_RE = re.compile(r"%(?:26|20|2[Cc]|3[Bb])")
 
 
 def secret_span(match: re.Match[str]) -> Span:
@@ -63,11 +99,18 @@ def _is_placeholder(value: str) -> bool:
     ``PASSWORD``) are what people paste when they explain a setup; redacting
     them would only hide the explanation.
     """
+    return value.lower().strip("<>[]{}()'\"`") in _PLACEHOLDER_WORDS or _is_template(value)
+
+
+def _is_template(value: str) -> bool:
+    """Whether a value is a placeholder by its form (``<token>``, ``${PW}``, ``xxxx``, ``PW``).
+
+    Unlike ``_is_placeholder`` this does not look at words: where the context
+    already says "this is a password" (``user:pass@host``), a word is one.
+    """
     if not value:
         return True
     lowered = value.lower()
-    if lowered.strip("<>[]{}()'\"`") in _PLACEHOLDER_WORDS:
-        return True
     if value[0] in "<[{(" and value[-1] in ">]})":
         return True
     if value[0] == "$" or (value[0] == "%" and value[-1] == "%"):
@@ -112,7 +155,24 @@ def _strip_trailing_punctuation(text: str, span: Span) -> Span:
     return start, end
 
 
-def _is_literal_secret(value: str, *, bare: bool, env_style: bool) -> bool:
+def _is_passphrase(value: str) -> bool:
+    """Whether a quoted value with spaces is a passphrase rather than a message.
+
+    ``password: "correct horse battery staple"`` is a secret, but the same
+    place holds validation messages and labels (``"This field is required."``,
+    ``"must be at least 12 characters"``, ``"Enter your password"``). Those are
+    sentences: they end with a full stop, name the secret, or use the small
+    words of prose, which a passphrase of random words seldom holds.
+    """
+    words = [word.strip(",;!").lower() for word in value.split()]
+    if len(words) > _PASSPHRASE_MAX_WORDS or value.rstrip()[-1:] in _SENTENCE_ENDINGS:
+        return False
+    if _SECRET_WORD_RE.search(value) or _FORMAT_RE.search(value):
+        return False
+    return not any(word in _PROSE_WORDS for word in words)
+
+
+def _is_literal_secret(value: str, *, bare: bool, env_style: bool, phrases: bool = False) -> bool:
     """Whether an assigned value is a literal credential rather than code or prose.
 
     Quoted values are literals by construction. An unquoted value is only a
@@ -120,16 +180,17 @@ def _is_literal_secret(value: str, *, bare: bool, env_style: bool) -> bool:
     ``token: str`` are code, ``password: s3cr3t!`` is not. In env style
     (``DB_PASSWORD=supersecret``, ``POSTGRES_PASSWORD: supersecret``: an
     upper-case key) every value is a literal, so plain words count there.
+    With ``phrases``, a quoted value with spaces may be a passphrase.
     """
     if len(value) < _MIN_LITERAL_LENGTH or _is_placeholder(value):
         return False
     # Syntax-highlighting themes map Token types to colours ("#d8dee9").
     if _COLOUR_RE.fullmatch(value):
         return False
-    # Whitespace means prose or an error message ("Password is too short").
-    # A passphrase with spaces is the price of that rule.
+    # Whitespace means prose or an error message ("Password is too short"),
+    # unless a quoted password reads as a passphrase rather than a sentence.
     if any(ch.isspace() for ch in value):
-        return False
+        return phrases and not bare and _is_passphrase(value)
     # Words naming a secret ("set-password", "_password_reset_token",
     # "mysecretpassword" from the postgres image's docs) are names or
     # examples, quoted or not.
@@ -147,15 +208,21 @@ def _is_literal_secret(value: str, *, bare: bool, env_style: bool) -> bool:
     return env_style or not words_only
 
 
-def refine_assignment(match: re.Match[str], span: Span) -> Span | None:
+def _assignment(match: re.Match[str], span: Span, *, password: bool) -> Span | None:
     text = match.string
     bare = match.start("secret_bare") != -1
+    operator = match.group("op")
     if bare:
         # A value followed by "(" or "[" is a call or a subscript: a reference.
         # (A marker written by an earlier pass is not a subscript.)
         following = text[span[1] : span[1] + 1]
         if following in ("(", "[", "{") and not text.startswith("[REDACTED:", span[1]):
             return None
+        if operator is not None and operator.strip().lower() == "%3d":
+            # Percent-encoded (access_token%3D...%26state%3D...): the value
+            # ends where an encoded "&" or blank does.
+            end = _ENCODED_SEPARATOR_RE.search(text, span[0], span[1])
+            span = (span[0], end.start() if end else span[1])
         span = _strip_trailing_punctuation(text, span)
     key_start = match.start("kw")
     while key_start > 0 and text[key_start - 1] in _KEY_CHARS:
@@ -163,7 +230,6 @@ def refine_assignment(match: re.Match[str], span: Span) -> Span | None:
     key = text[key_start : match.end("kw")]
     # DB_PASSWORD=x in a shell or .env file, POSTGRES_PASSWORD: x in a
     # docker-compose or Kubernetes env map: the value is always a literal.
-    operator = match.group("op")
     env_style = (
         operator is not None
         and (operator == "=" or operator.strip() == ":")
@@ -171,13 +237,37 @@ def refine_assignment(match: re.Match[str], span: Span) -> Span | None:
         and key == key.upper()
         and any(ch.isalpha() for ch in key)
     )
+    # "password: correcthorsebattery" alone on its line, as YAML or a list of
+    # credentials writes it: a plain word is the password there too. In code
+    # (password = stored) or in a sentence (choose a password: anything) it is not.
+    lone_entry = (
+        password
+        and bare
+        and operator is not None
+        and operator.strip() == ":"
+        and match.group("kw").lower() in ("password", "passphrase")
+        and _LINE_LEAD_RE.fullmatch(text, text.rfind("\n", 0, key_start) + 1, key_start) is not None
+        and _LINE_END_RE.match(text, span[1]) is not None
+    )
     value = text[span[0] : span[1]]
-    if not _is_literal_secret(value, bare=bare, env_style=env_style):
+    if not _is_literal_secret(
+        value, bare=bare, env_style=env_style or lone_entry, phrases=password
+    ):
         return None
     return span
 
 
-def refine_flag(match: re.Match[str], span: Span) -> Span | None:
+def refine_assignment(match: re.Match[str], span: Span) -> Span | None:
+    """``api_key = ...``, ``SECRET_KEY: ...``: a literal, not a reference or a placeholder."""
+    return _assignment(match, span, password=False)
+
+
+def refine_password_assignment(match: re.Match[str], span: Span) -> Span | None:
+    """As ``refine_assignment``; people choose passwords, so phrases and words count too."""
+    return _assignment(match, span, password=True)
+
+
+def _flag(match: re.Match[str], span: Span, *, password: bool) -> Span | None:
     text = match.string
     bare = match.start("secret_bare") != -1
     if bare:
@@ -186,20 +276,44 @@ def refine_flag(match: re.Match[str], span: Span) -> Span | None:
     # "--current-token --cut-at-cursor": the next word is another flag.
     if bare and value.startswith("-"):
         return None
-    if not _is_literal_secret(value, bare=bare, env_style=False):
+    if not _is_literal_secret(value, bare=bare, env_style=False, phrases=password):
         return None
     return span
+
+
+def refine_flag(match: re.Match[str], span: Span) -> Span | None:
+    """``--token VALUE``: a literal, not the next flag or a placeholder."""
+    return _flag(match, span, password=False)
+
+
+def refine_password_flag(match: re.Match[str], span: Span) -> Span | None:
+    """``--password "a pass phrase"``, ``WITH PASSWORD '...'``: phrases count too."""
+    return _flag(match, span, password=True)
 
 
 def refine_bearer(match: re.Match[str], span: Span) -> Span | None:
-    span = _strip_trailing_punctuation(match.string, span)
-    value = match.string[span[0] : span[1]]
-    # Without an Authorization header around it, "bearer" is often prose
-    # ("a bearer token is..."), so the value has to look random and longer.
-    min_length = 8 if match.group("auth") else 16
-    if len(value) < min_length or _is_placeholder(value) or not _looks_random(value):
+    text = match.string
+    span = _strip_trailing_punctuation(text, span)
+    value = text[span[0] : span[1]]
+    if _is_placeholder(value) or value.lower() in _AUTH_PROSE_WORDS:
         return None
-    return span
+    if len(value) >= _MIN_TOKEN_LENGTH and _looks_random(value):
+        return span
+    # Without an Authorization header around it, "bearer" is often prose
+    # ("a bearer token is..."), so the value has to look random. After the
+    # header and its scheme, any value that ends the header is the
+    # credential ("Authorization: Bearer abcdefghij"); prose goes on after
+    # the scheme's word ("set the Authorization: Bearer header on each call")
+    # or ends its sentence there.
+    if (
+        match.group("auth") is not None
+        and match.group("scheme") is not None
+        and len(value) >= _MIN_LITERAL_LENGTH
+        and span[1] == match.end("secret")
+        and _HEADER_END_RE.match(text, span[1]) is not None
+    ):
+        return span
+    return None
 
 
 def refine_basic(match: re.Match[str], span: Span) -> Span | None:
@@ -244,8 +358,12 @@ def refine_literal(match: re.Match[str], span: Span) -> Span | None:
 
 
 def refine_url_password(match: re.Match[str], span: Span) -> Span | None:
+    """Between ``user:`` and ``@host`` any word is the password (``user:pass@host``).
+
+    Only templates (``<password>``, ``${PW}``, ``****``) are left alone.
+    """
     value = match.string[span[0] : span[1]]
-    return None if _is_placeholder(value) else span
+    return None if _is_template(value) else span
 
 
 def refine_keep(match: re.Match[str], span: Span) -> Span | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from common.scrubbing.refine import (
     Span,
@@ -22,6 +23,8 @@ from common.scrubbing.refine import (
     refine_literal,
     refine_mixed_case,
     refine_mysql_password,
+    refine_password_assignment,
+    refine_password_flag,
     refine_url_password,
     secret_span,
 )
@@ -42,6 +45,16 @@ class Rule:
     # then no body is skipped.
     anchors: tuple[str, ...] = ()
     folded_anchors: tuple[str, ...] = ()
+    # Whether a token of this rule may be cut in two by a line break, as a
+    # terminal wraps it (``common.scrubbing.wrap``); such a rule has ``anchors``
+    # (its prefix). ``full_length``: the length of a whole token, where the
+    # pattern also accepts shorter ones.
+    wraps: bool = False
+    full_length: int | None = None
+
+    @cached_property
+    def compiled_anchors(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(re.compile(anchor) for anchor in self.anchors)
 
     def span(self, match: re.Match[str]) -> Span | None:
         span = secret_span(match)
@@ -50,18 +63,52 @@ class Rule:
         return None if is_dummy_token(match.string[span[0] : span[1]]) else span
 
 
-# A prefixed token must not be glued to more token characters on either side,
-# or a substring of a longer identifier or base64 blob would be redacted.
-_B = r"(?<![A-Za-z0-9_-])"
+_TOKEN_CHAR = r"[A-Za-z0-9_-]"
+
+
+def _token_start(prefix: str, *, word_glue: bool = True, token_char: str = _TOKEN_CHAR) -> str:
+    """``prefix`` (fixed width) where it starts a token, not the inside of a longer one.
+
+    A prefixed token must not be glued to more token characters, or a
+    substring of a longer identifier or base64 blob would be redacted. Glue
+    that cannot belong to a token does not count: a percent-encoded byte
+    (access_token%3Dghp_..., %20ghp_...) or an escaped line break or tab
+    (JSON's "...\\nghp_..."), as base64 and base64url hold no "%" and no "\\".
+    With ``word_glue``, a word joined by "_" or "-" does not count either
+    (MY_TOKEN_ghp_...): a base64url blob holds "_ghp_" and 36 letters and
+    digits about once in 10^9 positions. Not for three-character prefixes
+    (sk-, hf_), which a blob holds a thousand times as often.
+
+    The look-behinds follow the prefix instead of preceding it: a pattern that
+    starts with a literal is searched for that literal, some thirty times
+    faster than trying a look-behind at every position of the body.
+    """
+    allowed = [
+        rf"(?<!{token_char}{prefix})",
+        rf"(?<=%[0-9A-Fa-f]{{2}}{prefix})",
+        rf"(?<=\\[nrt]{prefix})",
+    ]
+    if word_glue:
+        allowed.append(rf"(?<=[A-Za-z0-9][_-]{prefix})")
+    return prefix + "(?:" + "|".join(allowed) + ")"
+
+
 _E = r"(?![A-Za-z0-9_-])"
 
-# Quoted values keep their quotes outside the redaction. The bare form stops at
-# whitespace and at characters that end a value in code, URLs and shell.
+# A bare (unquoted) value stops at whitespace and at characters that end a
+# value in code, URLs and shell. A closing bracket or a separator among them
+# (& ; , ) ] }) only ends it if what follows does too, or starts the next
+# field (&user=, ;Database=): DB_PASSWORD=Tr0ub4dor&3 is one value, and no
+# tail of it may be left behind.
+_BARE_CHARS = r"[^\s\"'`,;&(){}\[\]<>]"
+_BARE = _BARE_CHARS + r"++(?:[&;,)\]}](?![\w.-]*+[=:])" + _BARE_CHARS + r"++)*+"
+
+# Quoted values keep their quotes outside the redaction.
 _VALUE = (
     r"(?:\"(?P<secret_dq>[^\"\n]*+)\""
     r"|'(?P<secret_sq>[^'\n]*+)'"
     r"|\\\"(?P<secret_esc>[^\"\\\n]*+)\\\""
-    r"|(?P<secret_bare>[^\s\"'`,;&(){}\[\]<>]++))"
+    r"|(?P<secret_bare>" + _BARE + r"))"
 )
 
 _PASSWORD_WORDS = r"passw(?:or)?d|passphrase|pwd|(?<=[_.-])pass"
@@ -88,8 +135,9 @@ def _assignment(words: str) -> re.Pattern[str]:
         r"(?:"
         # Annotated: password: str = "...", token: Optional[str] = "..."
         r"[ \t]*:[ \t]*[A-Za-z_][\w.\[\], |]{0,60}?=(?![=>])"
-        # key = v, key: v, key := v, key => v (not ==, not ::, not ://)
-        r"|(?P<op>[ \t]*(?::=|=>|=(?!=)|:(?![:/]))[ \t]*)"
+        # key = v, key: v, key := v, key => v (not ==, not ::, not ://), and
+        # a percent-encoded "=" (a URL inside a query string: token%3D...)
+        r"|(?P<op>[ \t]*(?::=|=>|=(?!=)|:(?![:/])|%3[Dd])[ \t]*)"
         r")"
         r"[ \t]*(?:\*\*|__)?[ \t]*" + _VALUE
     )
@@ -97,8 +145,8 @@ def _assignment(words: str) -> re.Pattern[str]:
 
 def _assignment_anchors(endings: tuple[str, ...]) -> tuple[str, ...]:
     # The key's last word, its closing quote and bold marker as in _assignment(),
-    # then the start both operator branches share: blanks and ":" or "=".
-    return tuple(ending + r"(?:\\?[\"']\]?)?(?:\*\*|__)?[ \t]*[:=]" for ending in endings)
+    # then the start every operator shares: blanks and ":", "=" or "%3d".
+    return tuple(ending + r"(?:\\?[\"']\]?)?(?:\*\*|__)?[ \t]*(?:[:=]|%3d)" for ending in endings)
 
 
 def _flag(words: str) -> re.Pattern[str]:
@@ -108,7 +156,7 @@ def _flag(words: str) -> re.Pattern[str]:
     return re.compile(
         r"(?i:(?<![\w-])--(?:[a-z0-9]+-)*(?:" + words + r"))[ \t]+"
         r"(?:\"(?P<secret_dq>[^\"\n]*+)\"|'(?P<secret_sq>[^'\n]*+)'"
-        r"|(?P<secret_bare>[^\s\"'`,;&(){}\[\]<>]++))"
+        r"|(?P<secret_bare>" + _BARE + r"))"
     )
 
 
@@ -135,7 +183,7 @@ _SQL_NETRC_PASSWORD = re.compile(
     r"(?i:\bwith[ \t]+(?:encrypted[ \t]+)?password|\bidentified[ \t]+by"
     r"|\blogin[ \t]+[^\s]++[ \t]+password)[ \t]+"
     r"(?:\"(?P<secret_dq>[^\"\n]*+)\"|'(?P<secret_sq>[^'\n]*+)'"
-    r"|(?P<secret_bare>[^\s\"'`,;&(){}\[\]<>]++))"
+    r"|(?P<secret_bare>" + _BARE + r"))"
 )
 
 _NL = r"(?:\r?\n|\\r?\\n)"
@@ -144,6 +192,8 @@ _PEM_END = r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
 _GITLAB_PREFIX = r"gl(?:pat|dt|ptt|rt|oas|cbt|imt|ft|agent|soat|ffct|wt)-"
 _SLACK_PREFIX = r"xox[abposre]-"
 _AWS_KEY_ID_PREFIX = r"(?:AKIA|ASIA|ABIA|ACCA)"
+# plumb_key_ or plumb_tok_, 8 characters, "_", and 43 of base64url.
+_PLUMB_CREDENTIAL_LENGTH = 10 + 8 + 1 + 43
 # Authorization header name up to its separator, as basic_auth and bearer_token
 # spell it (after the optional "proxy-").
 _AUTHORIZATION_ANCHOR = r"authorization(?:\\?[\"'])?[ \t]*[:=]"
@@ -174,31 +224,49 @@ RULES: tuple[Rule, ...] = (
     # plumb project key: plumb_key_ + 8 [a-z0-9] + _ + 43 base64url.
     Rule(
         "plumb_project_key",
-        re.compile(_B + r"plumb_key_[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
+        re.compile(_token_start("plumb_key_") + r"[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
         anchors=(r"plumb_key_",),
+        wraps=True,
+        full_length=_PLUMB_CREDENTIAL_LENGTH,
     ),
     # plumb session token: plumb_tok_ + 8 [a-z0-9] + _ + 43 base64url.
     Rule(
         "plumb_session_token",
-        re.compile(_B + r"plumb_tok_[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
+        re.compile(_token_start("plumb_tok_") + r"[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
         anchors=(r"plumb_tok_",),
+        wraps=True,
+        full_length=_PLUMB_CREDENTIAL_LENGTH,
     ),
     # Anthropic: sk-ant-api03-..., sk-ant-admin01-..., sk-ant-sid01-...
-    Rule("anthropic_key", re.compile(_B + r"sk-ant-[A-Za-z0-9_-]{20,}+"), anchors=(r"sk-ant-",)),
+    Rule(
+        "anthropic_key",
+        re.compile(_token_start("sk-ant-") + r"[A-Za-z0-9_-]{20,}+"),
+        anchors=(r"sk-ant-",),
+        wraps=True,
+    ),
     # OpenAI: legacy sk- + 48 alnum, sk-proj-..., sk-svcacct-..., sk-admin-...
     Rule(
         "openai_key",
-        re.compile(_B + r"sk-(?!ant-)[A-Za-z0-9_-]{20,}+"),
+        re.compile(_token_start("sk-", word_glue=False) + r"(?!ant-)[A-Za-z0-9_-]{20,}+"),
         refine_mixed_case,
         anchors=(r"sk-",),
+        wraps=True,
     ),
     # GitHub classic: ghp_ (personal), gho_ (OAuth), ghu_ (user-to-server),
-    # ghs_ (server-to-server), ghr_ (refresh) + 36 alnum; fine-grained PATs:
-    # github_pat_ + 22 alnum + _ + 59 alnum.
+    # ghs_ (server-to-server), ghr_ (refresh) + 36 alnum.
     Rule(
         "github_token",
-        re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_[A-Za-z0-9_]{50,}+)"),
-        anchors=(r"gh[pousr]_", r"github_pat_"),
+        re.compile(_token_start("gh[pousr]_") + r"[A-Za-z0-9]{36,}+"),
+        anchors=(r"gh[pousr]_",),
+        wraps=True,
+    ),
+    # GitHub fine-grained PATs: github_pat_ + 22 alnum + _ + 59 alnum.
+    Rule(
+        "github_token",
+        re.compile(_token_start("github_pat_") + r"[A-Za-z0-9_]{50,}+"),
+        anchors=(r"github_pat_",),
+        wraps=True,
+        full_length=93,
     ),
     # GitLab: glpat- (personal/project/group), gldt- (deploy), glptt-
     # (pipeline trigger), glrt- (runner), gloas- (OAuth secret), glcbt- (CI
@@ -208,10 +276,14 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "gitlab_token",
         re.compile(
-            _B + r"(?:" + _GITLAB_PREFIX + r"[A-Za-z0-9_-]{20,}+"
-            r"(?:\.[A-Za-z0-9_-]++)*+|GR1348941[A-Za-z0-9_-]{20,}+)"
+            _token_start("gl")
+            + _GITLAB_PREFIX[2:]
+            + r"[A-Za-z0-9_-]{20,}+(?:\.[A-Za-z0-9_-]++)*+|"
+            + _token_start("GR1348941")
+            + r"[A-Za-z0-9_-]{20,}+"
         ),
         anchors=(_GITLAB_PREFIX, r"GR1348941"),
+        wraps=True,
     ),
     # Slack: xoxb- (bot), xoxp- (user), xoxa-/xoxr- (app/refresh), xoxs-,
     # xoxo-, xoxe-; xapp-1-... app-level tokens; incoming webhook URLs, which
@@ -219,10 +291,14 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "slack_token",
         re.compile(
-            _B + r"(?:" + _SLACK_PREFIX + r"[A-Za-z0-9-]{10,}+|xapp-[0-9]+-[A-Za-z0-9-]{10,}+)"
+            _token_start(_SLACK_PREFIX)
+            + r"[A-Za-z0-9-]{10,}+|"
+            + _token_start("xapp-")
+            + r"[0-9]+-[A-Za-z0-9-]{10,}+"
             r"|https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}+"
         ),
         anchors=(_SLACK_PREFIX, r"xapp-", r"hooks\.slack\.com/"),
+        wraps=True,
     ),
     # Stripe secret (sk_live_/sk_test_) and restricted (rk_live_/rk_test_)
     # keys, and webhook signing secrets (whsec_). Publishable pk_ keys are
@@ -230,38 +306,79 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "stripe_key",
         re.compile(
-            r"(?<![A-Za-z0-9_])(?:(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{20,}+|whsec_[A-Za-z0-9]{32,}+)"
+            r"(?:"
+            + _token_start("[sr]k_(?:live|test)_", token_char="[A-Za-z0-9_]")
+            + r"[A-Za-z0-9]{20,}+|"
+            + _token_start("whsec_", token_char="[A-Za-z0-9_]")
+            + r"[A-Za-z0-9]{32,}+)"
             + _E
         ),
         anchors=(r"k_(?:live|test)_", r"whsec_"),
+        wraps=True,
     ),
     # Google API key: AIza + 35 base64url.
-    Rule("google_api_key", re.compile(_B + r"AIza[A-Za-z0-9_-]{35}" + _E), anchors=(r"AIza",)),
+    Rule(
+        "google_api_key",
+        re.compile(_token_start("AIza") + r"[A-Za-z0-9_-]{35}" + _E),
+        anchors=(r"AIza",),
+        wraps=True,
+    ),
+    # Google OAuth 2.0 access token: ya29. + base64url, ya29.c. for service
+    # accounts; it is a bearer credential for an hour, whatever header it is in.
+    Rule(
+        "google_oauth_token",
+        re.compile(_token_start(r"ya29\.") + r"(?:[A-Za-z0-9_-]++\.)?[A-Za-z0-9_-]{20,}+"),
+        anchors=(r"ya29\.",),
+        wraps=True,
+    ),
     # npm access token: npm_ + 36 alnum.
-    Rule("npm_token", re.compile(_B + r"npm_[A-Za-z0-9]{36}" + _E), anchors=(r"npm_",)),
+    Rule(
+        "npm_token",
+        re.compile(_token_start("npm_") + r"[A-Za-z0-9]{36}" + _E),
+        anchors=(r"npm_",),
+        wraps=True,
+    ),
     # PyPI API token: pypi- + a macaroon, base64 starting AgE (AgEIcHlwaS5vcmc
     # for pypi.org, AgENdGVzdC5weXBpLm9yZw for TestPyPI).
-    Rule("pypi_token", re.compile(_B + r"pypi-AgE[A-Za-z0-9_-]{50,}+"), anchors=(r"pypi-AgE",)),
+    Rule(
+        "pypi_token",
+        re.compile(_token_start("pypi-AgE") + r"[A-Za-z0-9_-]{50,}+"),
+        anchors=(r"pypi-AgE",),
+        wraps=True,
+    ),
     # Hugging Face user access token: hf_ + 34 letters.
-    Rule("huggingface_token", re.compile(_B + r"hf_[A-Za-z0-9]{34,}+" + _E), anchors=(r"hf_",)),
+    Rule(
+        "huggingface_token",
+        re.compile(_token_start("hf_", word_glue=False) + r"[A-Za-z0-9]{34,}+" + _E),
+        anchors=(r"hf_",),
+        wraps=True,
+    ),
     # SendGrid API key: SG. + 22 + . + 43 base64url.
     Rule(
         "sendgrid_key",
-        re.compile(_B + r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _E),
+        re.compile(_token_start(r"SG\.") + r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _E),
         anchors=(r"SG\.",),
+        wraps=True,
     ),
     # AWS access key id: AKIA (long-term), ASIA (STS), ABIA, ACCA + 16 upper alnum.
     Rule(
         "aws_access_key_id",
-        re.compile(r"(?<![A-Za-z0-9])" + _AWS_KEY_ID_PREFIX + r"[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        re.compile(
+            _token_start(_AWS_KEY_ID_PREFIX, word_glue=False, token_char="[A-Za-z0-9]")
+            + r"[A-Z0-9]{16}(?![A-Za-z0-9])"
+        ),
         anchors=(_AWS_KEY_ID_PREFIX,),
+        wraps=True,
     ),
     # JWT (JWS compact form): base64url header starting eyJ ({"), payload and
     # signature, dot-separated. A single eyJ... segment is plain base64 JSON.
     Rule(
         "jwt",
-        re.compile(_B + r"eyJ[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{10,}+"),
+        re.compile(
+            _token_start("eyJ") + r"[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{10,}+"
+        ),
         anchors=(r"eyJ",),
+        wraps=True,
     ),
     # AWS secret access key: 40 base64 characters, recognised only in an
     # assignment (aws_secret_access_key = ..., AWS_SECRET_ACCESS_KEY: ...,
@@ -315,7 +432,7 @@ RULES: tuple[Rule, ...] = (
         "bearer_token",
         re.compile(
             r"(?i:(?<![A-Za-z0-9_-])(?:(?P<auth>(?:proxy-)?authorization)(?:\\?[\"'])?[ \t]*[:=]"
-            r"[ \t]*(?:\\?[\"'])?[ \t]*(?:(?:bearer|token|bot|apikey|api-key|key)[ \t]+)?"
+            r"[ \t]*(?:\\?[\"'])?[ \t]*(?:(?P<scheme>bearer|token|bot|apikey|api-key|key)[ \t]+)?"
             r"|bearer[ \t]+))"
             r"(?P<secret>[A-Za-z0-9._~+/-]++=*+)"
         ),
@@ -327,19 +444,19 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "password_assignment",
         _assignment(_PASSWORD_WORDS),
-        refine_assignment,
+        refine_password_assignment,
         folded_anchors=_assignment_anchors(_PASSWORD_ENDINGS),
     ),
     Rule(
         "password_assignment",
         _flag(_PASSWORD_FLAG_WORDS),
-        refine_flag,
+        refine_password_flag,
         folded_anchors=(_flag_anchor(_PASSWORD_FLAG_WORDS),),
     ),
     Rule(
         "password_assignment",
         _SQL_NETRC_PASSWORD,
-        refine_flag,
+        refine_password_flag,
         folded_anchors=(r"password[ \t]", r"identified[ \t]+by[ \t]"),
     ),
     Rule(

@@ -187,7 +187,8 @@ TOOLS: list[dict[str, Any]] = [
     ),
     _tool(
         "create_room",
-        "Create a room in your project; you join it.",
+        "Create a room in your project; you join it. Secrets in the title, topic and display "
+        "name are scrubbed.",
         {
             "slug": _prop("string", pattern=SLUG),
             "title": _prop("string", maxLength=limits.ROOM_TITLE_MAX),
@@ -200,7 +201,7 @@ TOOLS: list[dict[str, Any]] = [
     ),
     _tool(
         "join_room",
-        "Join a room; joining again changes nothing.",
+        "Join a room; joining again changes nothing. Secrets in the display name are scrubbed.",
         {"room": _ROOM, "display_name": _DISPLAY_NAME},
         ("room",),
     ),

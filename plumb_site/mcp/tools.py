@@ -149,11 +149,18 @@ def _read_conversation(session: Session, args: dict) -> dict:
 # --- rooms ---------------------------------------------------------------------------
 
 
-def _room_event(session: Session, slug: str, event: Event | None, room=None) -> dict:
+def _room_event(
+    session: Session,
+    slug: str,
+    event: Event | None,
+    room=None,
+    *,
+    scrubbed: list[dict] | None = None,
+) -> dict:
     # Re-read through the visibility rule for the caller's annotations, except
     # after a leave: another project's room is no longer visible then.
     room = room or room_selectors.room_get_for_session(session, slug)
-    return room_json.room_event_body(room, event)
+    return room_json.room_event_body(room, event, scrubbed=scrubbed)
 
 
 def _list_rooms(session: Session, args: dict) -> dict:
@@ -165,14 +172,14 @@ def _list_rooms(session: Session, args: dict) -> dict:
 
 def _create_room(session: Session, args: dict) -> dict:
     fields = validated(room_io.RoomCreateInput, args)
-    room, event = room_services.room_create(session, **fields)
-    return _room_event(session, room.slug, event)
+    created = room_services.room_create(session, **fields)
+    return _room_event(session, created.room.slug, created.event, scrubbed=created.scrubbed)
 
 
 def _join_room(session: Session, args: dict) -> dict:
     data = validated(room_io.RoomJoinInput, {k: v for k, v in args.items() if k != "room"})
     joined = room_services.room_join(session, args["room"], display_name=data.get("display_name"))
-    return _room_event(session, args["room"], joined.event)
+    return _room_event(session, args["room"], joined.event, scrubbed=joined.scrubbed)
 
 
 def _leave_room(session: Session, args: dict) -> dict:

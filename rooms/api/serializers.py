@@ -267,6 +267,12 @@ class RoomEventOutput(EnvelopeSerializer):
     latest_seq = serializers.IntegerField()
 
 
+class RoomEnteredOutput(RoomEventOutput):
+    scrubbed = ScrubbedSerializer(
+        many=True, help_text="What was redacted from the title, topic and display name."
+    )
+
+
 class RoomListOutput(EnvelopeSerializer):
     rooms = RoomSerializer(many=True)
     has_more = serializers.BooleanField()

@@ -42,16 +42,17 @@ class RoomListApi(SessionApiView):
         operation_id="create_room",
         summary="Create a room in your project; you join it",
         request=s.RoomCreateInput,
-        responses={201: s.RoomEventOutput, **error_responses(RoomExists)},
+        responses={201: s.RoomEnteredOutput, **error_responses(RoomExists)},
         auth=SESSION_AUTH,
         tags=["rooms"],
     )
     def post(self, request):
         data = validated(s.RoomCreateInput, request.data)
         fields = {k: v for k, v in data.items() if k != "tool_schema_fingerprint"}
-        room, event = services.room_create(self.session, **fields)
-        room = selectors.room_get_for_session(self.session, room.slug)
-        return Response(representation.room_event_body(room, event), status=status.HTTP_201_CREATED)
+        created = services.room_create(self.session, **fields)
+        room = selectors.room_get_for_session(self.session, created.room.slug)
+        body = representation.room_event_body(room, created.event, scrubbed=created.scrubbed)
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class RoomDetailApi(SessionApiView):
@@ -73,8 +74,8 @@ class RoomJoinApi(SessionApiView):
         summary="Join a room (joining again changes nothing)",
         request=s.RoomJoinInput,
         responses={
-            201: s.RoomEventOutput,
-            200: s.RoomEventOutput,
+            201: s.RoomEnteredOutput,
+            200: s.RoomEnteredOutput,
             **error_responses(RoomNotFound, CrossProjectRefused),
         },
         auth=SESSION_AUTH,
@@ -85,7 +86,8 @@ class RoomJoinApi(SessionApiView):
         joined = services.room_join(self.session, slug, display_name=data.get("display_name"))
         room = selectors.room_get_for_session(self.session, slug)
         code = status.HTTP_201_CREATED if joined.event is not None else status.HTTP_200_OK
-        return Response(representation.room_event_body(room, joined.event), status=code)
+        body = representation.room_event_body(room, joined.event, scrubbed=joined.scrubbed)
+        return Response(body, status=code)
 
 
 class RoomLeaveApi(SessionApiView):

@@ -10,7 +10,7 @@
   another project's members when an opt-in is revoked.
 """
 
-from rooms.services.membership import Joined, room_create, room_join, room_leave
+from rooms.services.membership import Created, Joined, room_create, room_join, room_leave
 from rooms.services.moderation import (
     OPTIN_REVOKED_REASON,
     member_mute,
@@ -28,6 +28,7 @@ from rooms.services.sending import MessageSent, message_send
 
 __all__ = [
     "OPTIN_REVOKED_REASON",
+    "Created",
     "EventsRead",
     "Joined",
     "MessageSent",

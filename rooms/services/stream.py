@@ -15,14 +15,16 @@ from __future__ import annotations
 from typing import Any
 
 from common import limits
+from common.bodies import text_prepare
 from common.errors import ValidationFailed
 from common.prepared import PreparedInsert, PreparedUpdate
+from common.scrubbing import ScrubResult
 from rooms.errors import NotAMember, RoomNotFound
 from rooms.models import Event, Member, Room
 
 
-def display_name_check(display_name: object) -> str:
-    """``display_name``: short text, no NUL; ``validation_error``."""
+def display_name_prepare(display_name: object) -> ScrubResult:
+    """``display_name``: short text, no NUL, scrubbed of secrets; ``validation_error``."""
     if not isinstance(display_name, str) or len(display_name) > limits.DISPLAY_NAME_MAX:
         raise ValidationFailed(
             f"display_name must be text of at most {limits.DISPLAY_NAME_MAX} characters.",
@@ -32,7 +34,7 @@ def display_name_check(display_name: object) -> str:
         raise ValidationFailed(
             "display_name must not contain NUL.", details={"display_name": ["No NUL."]}
         )
-    return display_name
+    return text_prepare(display_name, field="display_name", max_length=limits.DISPLAY_NAME_MAX)
 
 
 def lock_room(slug: str) -> Room:

@@ -113,7 +113,7 @@ def test_a_row_splits_into_one_instance_per_model(sessions):
 
 
 def test_an_insert_stores_what_save_would_store(sessions):
-    room, _ = room_create(sessions[0], slug="lab")
+    room = room_create(sessions[0], slug="lab").room
     fields = dict(room=room, kind=Event.Kind.MODERATION, actor=sessions[0].name, data={"a": [1]})
     by_save = Event.objects.create(seq=2, **fields)
     prepared = Event(seq=3, **fields)
@@ -164,7 +164,7 @@ def test_as_is_only_for_exact_types_of_plain_fields(db):
 
 
 def test_a_message_insert_stores_what_save_would_store(sessions):
-    room, _ = room_create(sessions[0], slug="lab")
+    room = room_create(sessions[0], slug="lab").room
     fields = dict(
         room=room,
         author=sessions[0].name,
@@ -188,7 +188,7 @@ def test_a_message_insert_stores_what_save_would_store(sessions):
 
 
 def test_statements_can_share_the_callers_cursor(sessions):
-    room, _ = room_create(sessions[0], slug="lab")
+    room = room_create(sessions[0], slug="lab").room
     member = Member.objects.get(room=room)
     advance = PreparedUpdate(Member, ["read_seq"], where='"read_seq" < %s')
     lookup = Prepared(

@@ -87,8 +87,9 @@ JWT_RS256 = ".".join(
 OPAQUE_TOKEN = "PV0ACtmeimB6aiDEePaPxzn2MJAwDHJ9ZRijWy9u"
 DRF_TOKEN = "483b7d5d42f82352f7d28ac9ae893bcffb69e61a"
 GOOGLE_ACCESS_TOKEN = (
-    "ya29.a0AfH6SM9a8462HwltfCdh4zveu2huDYiWLe91myPxXn-XurDMh7FdxUTDqkex3OAMbgpHskVlsTZc0AV"
+    "ya29" + ".a0AfH6SM9a8462HwltfCdh4zveu2huDYiWLe91myPxXn-XurDMh7FdxUTDqkex3OAMbgpHskVlsTZc0AV"
 )
+GOOGLE_SERVICE_TOKEN = "ya29" + ".c.c0ASRK0GbZq3vYpL7mN2xW8tRkE4uJ9hQ1aF6dS0gC5iV3bX7nM2lO9pT4"
 BASIC_CREDENTIALS = "ZGVwbG95OldxN3ZOMnBMczk="  # base64("deploy:Wq7vN2pLs9")
 
 RSA_KEY = pem(
@@ -182,7 +183,7 @@ SECRETS = [
     ),
     ("bearer_token", f"Authorization: Token {DRF_TOKEN}", DRF_TOKEN),
     (
-        "bearer_token",
+        "google_oauth_token",
         f'headers = {{"Authorization": "Bearer {GOOGLE_ACCESS_TOKEN}"}}',
         GOOGLE_ACCESS_TOKEN,
     ),
@@ -268,6 +269,74 @@ SECRETS = [
     ("pypi_token", f"[pypi]\nusername = __token__\npassword = {PYPI}", PYPI),
     ("huggingface_token", f"huggingface-cli login --token {HUGGING_FACE}", HUGGING_FACE),
     ("sendgrid_key", f"SENDGRID_API_KEY='{SENDGRID}'", SENDGRID),
+    # Passwords people choose: quoted phrases with spaces, plain words, lower-case keys.
+    (
+        "password_assignment",
+        'password: "correct horse battery staple"',
+        "correct horse battery staple",
+    ),
+    ("password_assignment", 'password="my pass phrase"', "my pass phrase"),
+    ("password_assignment", "password: correcthorsebattery", "correcthorsebattery"),
+    ("password_assignment", "  - db_password: 'staple battery horse'", "staple battery horse"),
+    ("password_assignment", 'psql --password "tr0ub4dor and three"', "tr0ub4dor and three"),
+    ("password_assignment", "**Password:** correcthorsebattery", "correcthorsebattery"),
+    # The whole value goes, punctuation inside it included.
+    ("password_assignment", "DB_PASSWORD=Tr0ub4dor&3", "Tr0ub4dor&3"),
+    ("password_assignment", "password: Tr0ub;4dor,3x", "Tr0ub;4dor,3x"),
+    ("secret_assignment", "API_SECRET=a9f8&e7d6)c5b4", "a9f8&e7d6)c5b4"),
+    (
+        "password_assignment",
+        "Server=db;Database=app;User Id=app;Password=Tr0ub4dor&3;Encrypt=true",
+        "Tr0ub4dor&3",
+    ),
+    # Short and non-JWT bearer values.
+    ("bearer_token", "Authorization: Bearer abcdefghij", "abcdefghij"),
+    ("bearer_token", "curl -H 'Authorization: Bearer s3cr3t' https://api.example.com", "s3cr3t"),
+    ("bearer_token", '{"Authorization": "Token letmeinplease"}', "letmeinplease"),
+    ("bearer_token", "DEBUG sent Bearer 9f8e7d6c5b4a to the proxy", "9f8e7d6c5b4a"),
+    # Google OAuth access tokens, alone or in an assignment.
+    ("google_oauth_token", f"export ACCESS_TOKEN={GOOGLE_ACCESS_TOKEN}", GOOGLE_ACCESS_TOKEN),
+    (
+        "google_oauth_token",
+        f"gcloud printed {GOOGLE_SERVICE_TOKEN} and it expires in an hour",
+        GOOGLE_SERVICE_TOKEN,
+    ),
+    # URL passwords that are also dictionary or placeholder words.
+    ("url_credentials", "https://user:pass@host", "pass"),
+    ("url_credentials", "redis://:secret@cache:6379/0", "secret"),
+    ("url_credentials", "git clone https://bob:password@git.example.com/x.git", "password"),
+    # Tokens glued to a word, or URL- or JSON-encoded.
+    (
+        "github_token",
+        f"https://app.example.com/cb?next=%2Fhome%26access_token%3D{GITHUB_CLASSIC}",
+        GITHUB_CLASSIC,
+    ),
+    ("github_token", f"q=deploy%20{GITHUB_CLASSIC}", GITHUB_CLASSIC),
+    ("github_token", f"MY_TOKEN_{GITHUB_CLASSIC}", GITHUB_CLASSIC),
+    ("github_token", f'{{"log": "token:\\n{GITHUB_CLASSIC}"}}', GITHUB_CLASSIC),
+    ("slack_token", f"channel-{SLACK_BOT}", SLACK_BOT),
+    ("aws_access_key_id", f"id%3D{AWS_KEY_ID}", AWS_KEY_ID),
+    (
+        "secret_assignment",
+        "https://app.example.com/login?next=%2Fcb%3Faccess_token%3D9c4e1a7b3f2d8e6a%26state%3Dx",
+        "9c4e1a7b3f2d8e6a",
+    ),
+    # A token broken across two lines by terminal wrapping at a fixed column.
+    (
+        "github_token",
+        f"$ echo $GITHUB_TOKEN\n{GITHUB_CLASSIC[:24]}\n{GITHUB_CLASSIC[24:]}\n$ ",
+        f"{GITHUB_CLASSIC[:24]}\n{GITHUB_CLASSIC[24:]}",
+    ),
+    (
+        "github_token",
+        f"export GH_TOKEN={GITHUB_FINE_GRAINED[:64]}\r\n{GITHUB_FINE_GRAINED[64:]}",
+        f"{GITHUB_FINE_GRAINED[:64]}\r\n{GITHUB_FINE_GRAINED[64:]}",
+    ),
+    (
+        "jwt",
+        f"Authorization: Bearer {JWT_HS256[:50]}\n{JWT_HS256[50:]}",
+        f"{JWT_HS256[:50]}\n{JWT_HS256[50:]}",
+    ),
 ]
 
 # Lines that mention passwords, tokens and keys, or carry hashes and base64,
@@ -351,6 +420,45 @@ CLEAN = [
     "Le mot de passe est hach\u00e9 \u2014 ne le copiez jamais. \U0001f510",
     "  color: #ff6600; border: 1px solid rgba(0, 0, 0, 0.1);",
     "Use the [REDACTED:github_token] placeholder the server returned.",
+    # Prose, code and values around the widened rules.
+    "the password field is required",
+    "reset your password: see the docs",
+    "Reset your password: follow the link in the email we sent.",
+    "Step 2 \u2014 choose a password: anything works on the demo server",
+    "password = getpass()",
+    "password = getpass.getpass(prompt)",
+    'password=os.environ["DB_PASSWORD"]',
+    'if password == "":',
+    "password = user_input",
+    "password: str = field(repr=False)",
+    '{"password": ["This field is required."]}',
+    '{"password": "This field is required."}',
+    'password: "Enter your password"',
+    'password: "must be at least 12 characters long"',
+    'raise ValueError("password: too short, try again")',
+    "passwd:         files systemd",
+    "passwd: compat",
+    "Password: required",
+    "commit 1b2c3d4e5f60718293a4b5c6d7e8f90123456789",
+    "Merge 9fceb02 into 3f9a2b1",
+    "trace 550e8400-e29b-41d4-a716-446655440000 and span 6ba7b810-9dad-11d1-80b4-00c04fd430c8",
+    "https://example.com/search?q=plumb&page=2&sort=asc",
+    "https://ci.example.com:8443/job/42/console",
+    "ssh bob@build-01.internal",
+    "scp ./dist.tar.gz deploy@10.0.0.7:/srv/app/",
+    "https://bob@example.com/acme/repo.git",
+    "Set the Authorization: Bearer header on every call.",
+    "Authorization: Bearer scheme",
+    "The API expects Authorization: Bearer tokens, not Basic.",
+    "token_type: Bearer",
+    'headers["Authorization"] = f"Bearer {token}"',
+    "Google access tokens start with ya29. and expire after an hour.",
+    "https://example.com/search?q=hello%20world%3Dyes",
+    "MY_TOKEN_NAME=github_token_ci",
+    "The GitHub prefix is ghp_\nand the rest is 36 random characters.",
+    "line one ends with a word\nline two starts with one",
+    "DB_PASSWORD=${DB_PASSWORD}&&make test",
+    "?user=bob&page=2;sort=asc",
 ]
 
 
@@ -369,9 +477,9 @@ def test_clean_line_survives_byte_for_byte(line: str) -> None:
 
 
 def test_corpus_is_as_broad_as_promised() -> None:
-    assert len(SECRETS) >= 45
-    assert len({kind for kind, _, _ in SECRETS}) >= 15
-    assert len(CLEAN) >= 45
+    assert len(SECRETS) >= 95
+    assert len({kind for kind, _, _ in SECRETS}) >= 23
+    assert len(CLEAN) >= 110
 
 
 @pytest.mark.parametrize(
@@ -389,6 +497,17 @@ def test_corpus_is_as_broad_as_promised() -> None:
             "Authorization: Bearer [REDACTED:bearer_token]",
         ),
         ("set PASSWORD=abc123def.", "set PASSWORD=[REDACTED:password_assignment]."),
+        ("DB_PASSWORD=Tr0ub4dor&3", "DB_PASSWORD=[REDACTED:password_assignment]"),
+        (
+            "https://example.com/login?password=abc123def&user=bob;lang=en",
+            "https://example.com/login?password=[REDACTED:password_assignment]&user=bob;lang=en",
+        ),
+        ("auth(password=Tr0ub4dor&3)", "auth(password=[REDACTED:password_assignment])"),
+        ('password: "my pass phrase"', 'password: "[REDACTED:password_assignment]"'),
+        ("Authorization: Bearer abcdefghij", "Authorization: Bearer [REDACTED:bearer_token]"),
+        ("https://user:pass@host", "https://user:[REDACTED:url_credentials]@host"),
+        (f"MY_TOKEN_{GITHUB_CLASSIC}", "MY_TOKEN_[REDACTED:github_token]"),
+        (f"a=%20{GITHUB_CLASSIC}%20b", "a=%20[REDACTED:github_token]%20b"),
     ],
 )
 def test_only_the_value_is_replaced_and_its_context_kept(line: str, expected: str) -> None:
@@ -492,6 +611,73 @@ def test_scrubbing_random_mixes_of_secret_fragments_is_idempotent() -> None:
         once = scrub(body)
 
         assert scrub(once.text) == ScrubResult(text=once.text, scrubbed=[]), seed
+
+
+@pytest.mark.parametrize("column", range(4, 40))
+def test_a_github_token_wrapped_at_any_column_is_redacted_whole(column: int) -> None:
+    body = f"$ gh auth token\n{GITHUB_CLASSIC[:column]}\n{GITHUB_CLASSIC[column:]}\n$ exit"
+
+    result = scrub(body)
+
+    assert result.text == "$ gh auth token\n[REDACTED:github_token]\n$ exit"
+    assert result.scrubbed == [{"kind": "github_token", "count": 1}]
+
+
+# (kind, token, columns): wrapped at each of these columns, the token is redacted whole.
+# Fixed-length formats join at any column; variable-length ones while the first
+# line alone is shorter than their shortest form (longer ones keep their first line
+# redacted on its own).
+WRAPPED_TOKENS = [
+    ("github_token", GITHUB_FINE_GRAINED, range(11, 93)),
+    ("plumb_project_key", PLUMB_KEY, range(10, 62)),
+    ("plumb_session_token", PLUMB_TOKEN, range(10, 62)),
+    ("google_api_key", GOOGLE_MAPS, range(4, 39)),
+    ("npm_token", NPM, range(4, 40)),
+    ("huggingface_token", HUGGING_FACE, range(3, 37)),
+    ("sendgrid_key", SENDGRID, range(3, 69)),
+    ("aws_access_key_id", AWS_KEY_ID, range(4, 20)),
+    ("gitlab_token", GITLAB_PAT, range(6, 26)),
+    ("jwt", JWT_HS256, range(3, JWT_HS256.rindex(".") + 10)),
+    ("openai_key", OPENAI_LEGACY, range(3, 23)),
+    ("anthropic_key", ANTHROPIC_API, range(7, 27)),
+    ("slack_token", SLACK_BOT, range(5, 15)),
+    ("stripe_key", STRIPE_LIVE, range(8, 28)),
+    ("google_oauth_token", GOOGLE_ACCESS_TOKEN, range(5, 25)),
+    ("pypi_token", PYPI, range(8, 58)),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "token", "columns"), WRAPPED_TOKENS, ids=[kind for kind, _, _ in WRAPPED_TOKENS]
+)
+def test_a_token_wrapped_before_its_shortest_form_ends_is_redacted_whole(
+    kind: str, token: str, columns: range
+) -> None:
+    for column in columns:
+        body = f"pasted:\n{token[:column]}\n{token[column:]}\nthanks"
+
+        result = scrub(body)
+
+        assert result.text == f"pasted:\n[REDACTED:{kind}]\nthanks", column
+        assert result.scrubbed == [{"kind": kind, "count": 1}], column
+
+
+def test_a_token_that_ends_its_line_does_not_swallow_the_next_line() -> None:
+    body = f"export GITHUB_TOKEN={GITHUB_CLASSIC}\nexport NEXT=abc123\n{JWT_HS256}\nDone9 today"
+
+    result = scrub(body)
+
+    assert result.text == (
+        "export GITHUB_TOKEN=[REDACTED:github_token]\nexport NEXT=abc123\n"
+        "[REDACTED:jwt]\nDone9 today"
+    )
+
+
+def test_half_a_token_at_the_end_of_a_line_is_joined_only_if_the_whole_is_a_token() -> None:
+    # 20 characters after ghp_ and 5 on the next line are no GitHub token.
+    body = f"{GITHUB_CLASSIC[:24]}\nabcde and more"
+
+    assert scrub(body) == ScrubResult(text=body, scrubbed=[])
 
 
 def test_private_key_pasted_without_its_end_line_loses_every_body_line() -> None:

@@ -100,6 +100,21 @@ EDGE_CASES = [
     "mysql -uroot -pR00tPw-42 app",
     "mysql app -pR00tPw-42",
     "REDIS_URL=rediss://default:Xk9mQ2vL7pR4@cache.internal:6380",
+    # Tokens glued to a word or encoded, and tokens a terminal wrapped.
+    f"MY_TOKEN_{GITHUB_CLASSIC}",
+    f"access_token%3D{GITHUB_CLASSIC}",
+    f"log:\\n{JWT_HS256}",
+    f"{GITHUB_CLASSIC[:20]}\n{GITHUB_CLASSIC[20:]}",
+    f"x\r\n{JWT_HS256[:40]}\r\n{JWT_HS256[40:]}",
+    f"key={PLUMB_KEY[:30]}\n{PLUMB_KEY[30:]}",
+    "ya29" + ".a0AfH6SM9a8462HwltfCdh4zveu2huDYiWLe91myPxXn",
+    "next=%2Fcb%3Faccess_token%3D9c4e1a7b3f2d8e6a%26state%3Dx",
+    # Passwords as people choose them.
+    'PASSWORD: "Correct Horse Battery"',
+    "Password: correcthorsebattery",
+    "DB_PASSWORD=Tr0ub4dor&3",
+    "AUTHORIZATION: BEARER abcdefghij",
+    "https://user:pass@host",
     # The letters re.IGNORECASE pairs with i, s and k (str.lower() handles only the Kelvin sign).
     f"pa{LONG_S}{LONG_S}word: hunter2hunter2",
     f"author{DOTLESS_I}zation: Bearer {OPAQUE_TOKEN}",

@@ -16,6 +16,7 @@ from django.test import Client
 from mailbox.models import AgentName, Session
 from mailbox.services import key_revoke, mcp_session_open
 from plumb_site.mcp.protocol import SUPPORTED_VERSIONS
+from rooms.models import Member, Room
 from tests.conftest import client_for
 from tests.factories import SessionFactory, WorkspaceFactory
 
@@ -663,3 +664,24 @@ def test_list_rooms_pages_like_rest(headers, workspace):
     assert first["has_more"] is True
     assert [r["slug"] for r in second["rooms"]] == ["c-3"]
     assert second["has_more"] is False
+
+
+def test_create_and_join_room_scrub_titles_topics_and_display_names(headers, workspace):
+    token = "ghp" + "_kfhfgtKAQWYm85EZgslmBp65HpUbz04IfkvX"
+    arguments = {"slug": "ops", "title": f"ops {token}", "topic": "t", "display_name": token}
+
+    created = modern("tools/call", {"name": "create_room", "arguments": arguments}, headers)
+    join = {"name": "join_room", "arguments": {"room": "ops", "display_name": token}}
+    joined = modern("tools/call", join, {**headers, "Plumb-Name": "bob"})
+
+    for response in (created, joined):
+        assert token not in response.content.decode()
+    assert created.json()["result"]["structuredContent"]["scrubbed"] == [
+        {"kind": "github_token", "count": 2}
+    ]
+    assert joined.json()["result"]["structuredContent"]["scrubbed"] == [
+        {"kind": "github_token", "count": 1}
+    ]
+    room = Room.objects.get(slug="ops")
+    assert room.title == "ops [REDACTED:github_token]"
+    assert set(Member.objects.values_list("display_name", flat=True)) == {"[REDACTED:github_token]"}

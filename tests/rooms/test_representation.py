@@ -47,7 +47,7 @@ def fields(serializer_class: type[serializers.Serializer]) -> list[str]:
 @pytest.fixture
 def general(alice, bob, carol) -> list[Event]:
     """Every event of ``general``, read back through events_read (mark_read off)."""
-    room, _ = services.room_create(bob, slug="general", display_name="Bob\u200b")
+    room = services.room_create(bob, slug="general", display_name="Bob\u200b").room
     services.room_join(alice, "general", display_name="Alice")
     services.room_join(carol, "general", display_name="")
     first = services.message_send(bob, "general", body="first").message

@@ -8,7 +8,8 @@ Sending, reading and reviewing are in test_messages_api.py.
 from datetime import datetime
 
 import pytest
-from django.db import connection
+from django.apps import apps
+from django.db import connection, models
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -121,8 +122,9 @@ def test_creating_a_room_makes_the_creator_a_member_with_the_join_event_at_seq_1
 
     assert response.status_code == 201
     body = response.json()
-    assert set(body) == {"room", "event", "latest_seq", "notes"}
+    assert set(body) == {"room", "event", "latest_seq", "scrubbed", "notes"}
     assert body["notes"] == []
+    assert body["scrubbed"] == []
     assert body["latest_seq"] == 1
     assert set(body["room"]) == ROOM_FIELDS
     assert body["room"]["slug"] == "general"
@@ -707,3 +709,87 @@ def test_listing_rooms_runs_the_same_queries_for_small_and_big_rooms(
     assert response.json()["rooms"][0]["slug"] == "big"
     assert response.json()["rooms"][0]["unseen"] > 0
     assert count_queries(big[1]) == small_count
+
+
+# --- scrubbing (SPEC §3.5): titles, topics and display names are stored scrubbed -----------
+
+GITHUB_TOKEN = "ghp" + "_kfhfgtKAQWYm85EZgslmBp65HpUbz04IfkvX"
+PASSPHRASE = "correct horse battery staple"
+
+
+def assert_nowhere_in_the_database(*secrets: str) -> None:
+    """No text column of any table holds any of ``secrets``."""
+    text_fields = (models.CharField, models.TextField, models.JSONField)
+    for model in apps.get_models():
+        names = [f.name for f in model._meta.concrete_fields if isinstance(f, text_fields)]
+        if not names:
+            continue
+        for row in model.objects.values_list(*names):
+            stored = repr(row)
+            for secret in secrets:
+                assert secret not in stored, (model.__name__, row)
+
+
+def test_a_secret_in_a_room_title_topic_or_display_name_never_reaches_the_database(alice):
+    response = create_room(
+        alice,
+        title=f"Deploys (bot uses {GITHUB_TOKEN})",
+        topic=f'Staging creds: password: "{PASSPHRASE}"',
+        display_name=f"ci {GITHUB_TOKEN}",
+    )
+
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["scrubbed"] == [
+        {"kind": "github_token", "count": 2},
+        {"kind": "password_assignment", "count": 1},
+    ]
+    room = Room.objects.get(slug="general")
+    assert room.title == "Deploys (bot uses [REDACTED:github_token])"
+    assert room.topic == 'Staging creds: password: "[REDACTED:password_assignment]"'
+    assert Member.objects.get(room=room).display_name == "ci [REDACTED:github_token]"
+    assert Event.objects.get(room=room).actor_display_name == "ci [REDACTED:github_token]"
+    assert body["room"]["title"] == room.title
+    assert body["room"]["topic"] == room.topic
+    assert body["event"]["actor"]["display_name"] == "ci [REDACTED:github_token]"
+    assert GITHUB_TOKEN not in response.content.decode()
+    assert PASSPHRASE not in response.content.decode()
+    assert_nowhere_in_the_database(GITHUB_TOKEN, PASSPHRASE)
+
+
+def test_a_room_without_secrets_reports_nothing_scrubbed(alice, bob):
+    created = make_room(alice, title="General", topic="password reset flow", display_name="Al")
+    joined = join(bob, display_name="Bob").json()
+
+    assert created["scrubbed"] == []
+    assert joined["scrubbed"] == []
+    assert Room.objects.get().topic == "password reset flow"
+
+
+def test_a_secret_in_a_display_name_given_on_join_never_reaches_the_database(alice, bob):
+    make_room(alice)
+
+    response = join(bob, display_name=f"Bob {GITHUB_TOKEN}")
+
+    assert response.status_code == 201
+    assert response.json()["scrubbed"] == [{"kind": "github_token", "count": 1}]
+    assert response.json()["event"]["actor"]["display_name"] == "Bob [REDACTED:github_token]"
+    assert Member.objects.get(name__handle="bob").display_name == "Bob [REDACTED:github_token]"
+    assert GITHUB_TOKEN not in response.content.decode()
+    shown = members(alice).json()["members"]
+    assert [m["display_name"] for m in shown] == ["", "Bob [REDACTED:github_token]"]
+    assert_nowhere_in_the_database(GITHUB_TOKEN)
+
+
+def test_a_display_name_that_redaction_grows_past_its_limit_is_refused(alice, bob):
+    make_room(alice)
+    before = stored_state()
+    # 64 characters as sent, 84 once the 10-character password is a 30-character marker.
+    display_name = "password=Zq8!rT3#vW " + "y" * 44
+
+    response = join(bob, display_name=display_name)
+
+    error = assert_error(response, 400, "validation_error")
+    assert "display_name" in error["details"]
+    assert stored_state() == before
+    assert_nowhere_in_the_database("Zq8!rT3#vW")
