@@ -29,6 +29,7 @@ from rest_framework import exceptions
 from rest_framework.throttling import SimpleRateThrottle
 
 from common.errors import PlumbError, ValidationFailed
+from common.schema import NAME_HEADER, WORKSPACE_HEADER
 from mailbox import credentials
 from mailbox.api.auth import (
     ProjectKeyAuthentication,
@@ -50,8 +51,6 @@ from mailbox.services import (
 )
 from plumb_site.mcp.schemas import HANDLE, SLUG
 
-WORKSPACE_HEADER = "Plumb-Workspace"
-NAME_HEADER = "Plumb-Name"
 SESSION_ID_HEADER = "Mcp-Session-Id"
 
 

@@ -18,9 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 from mailbox.models import AuditRecord, ProjectKey, Session
-from plumb_site.mcp import identity
 from plumb_site.settings import env_url
-from rooms.management.plumb import connect
 from tests.cli import plumb, plumb_fails
 from tests.factories import AgentNameFactory, WorkspaceFactory
 
@@ -55,11 +53,6 @@ def block(out: str, first: str) -> str:
     start = next(i for i, line in enumerate(lines) if line.startswith(first))
     end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
     return "\n".join(lines[start:end])
-
-
-def test_the_headers_are_the_mcp_doors_own():
-    assert connect.WORKSPACE_HEADER == identity.WORKSPACE_HEADER
-    assert connect.NAME_HEADER == identity.NAME_HEADER
 
 
 # --- the generic JSON and the key -------------------------------------------------------

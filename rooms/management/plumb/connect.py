@@ -27,6 +27,7 @@ from django.conf import settings
 
 from common import limits
 from common.errors import ValidationFailed
+from common.schema import NAME_HEADER, WORKSPACE_HEADER
 from mailbox import selectors, services
 from mailbox.errors import NameTaken
 from rooms.management.plumb.text import Console, operator_name, server_url
@@ -37,11 +38,6 @@ KEY_PLACEHOLDER = "<PROJECT_KEY>"
 KEY_VARIABLE = "PLUMB_KEY"
 SERVER_NAME = "plumb"
 MCP_PATH = "/mcp"
-# The MCP door's identity headers. They are defined in plumb_site.mcp.identity,
-# which no app may import (the roof); tests/rooms/test_plumb_connect_command.py
-# holds the two equal and drives the endpoint with what this prints.
-WORKSPACE_HEADER = "Plumb-Workspace"
-NAME_HEADER = "Plumb-Name"
 SKILL = Path("contrib/skills/plumb-chat/SKILL.md")
 HOOK = Path("contrib/hooks/plumb-hook")
 # A hook runs before the agent goes on; plumb-hook gives up on the network after
