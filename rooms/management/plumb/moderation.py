@@ -10,6 +10,7 @@ records nothing, and says so.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import CommandParser
@@ -124,28 +125,26 @@ def message_unhide(out: Console, options: dict[str, Any]) -> None:
 # --- members ----------------------------------------------------------------------------
 
 
-def member_mute(out: Console, options: dict[str, Any]) -> None:
-    room = selectors.room_get_for_operator(options["room"])
-    member = selectors.member_get_for_operator(room, options["name"])
-    event = services.member_mute(member, actor=operator_name(), reason=options["reason"])
-    who = f"{member.name.handle} in room {room.slug}"
-    out.say(_done(event, done=f"Muted {who}", already=f"{who} is muted"))
+def _member_action(
+    service: Callable[..., Event | None], *, done: str, already: str, preposition: str = "in"
+) -> Callable[[Console, dict[str, Any]], None]:
+    """One handler per member action: they differ only in the service and the words."""
+
+    def handler(out: Console, options: dict[str, Any]) -> None:
+        room = selectors.room_get_for_operator(options["room"])
+        member = selectors.member_get_for_operator(room, options["name"])
+        event = service(member, actor=operator_name(), reason=options["reason"])
+        who = f"{member.name.handle} {preposition} room {room.slug}"
+        out.say(_done(event, done=f"{done} {who}", already=f"{who} {already}"))
+
+    return handler
 
 
-def member_unmute(out: Console, options: dict[str, Any]) -> None:
-    room = selectors.room_get_for_operator(options["room"])
-    member = selectors.member_get_for_operator(room, options["name"])
-    event = services.member_unmute(member, actor=operator_name(), reason=options["reason"])
-    who = f"{member.name.handle} in room {room.slug}"
-    out.say(_done(event, done=f"Unmuted {who}", already=f"{who} is not muted"))
-
-
-def member_remove(out: Console, options: dict[str, Any]) -> None:
-    room = selectors.room_get_for_operator(options["room"])
-    member = selectors.member_get_for_operator(room, options["name"])
-    event = services.member_remove(member, actor=operator_name(), reason=options["reason"])
-    who = f"{member.name.handle} from room {room.slug}"
-    out.say(_done(event, done=f"Removed {who}", already=f"{who} was removed already"))
+member_mute = _member_action(services.member_mute, done="Muted", already="is muted")
+member_unmute = _member_action(services.member_unmute, done="Unmuted", already="is not muted")
+member_remove = _member_action(
+    services.member_remove, done="Removed", already="was removed already", preposition="from"
+)
 
 
 # --- conversations ----------------------------------------------------------------------
