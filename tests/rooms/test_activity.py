@@ -7,6 +7,7 @@ order of their ``created_at``, and the data keeps it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -157,9 +158,10 @@ def test_the_day_is_read_from_the_newest_rows_back_not_by_scanning(world):
             else:
                 # A table this small is scanned whatever the indexes; with scans
                 # priced out, the plan shows what the query lets PostgreSQL use:
-                # the primary key, for the edge and for the rows after it.
+                # the edge found backwards along the primary key, and the rows
+                # bounded by it (which index reads them is the planner's choice).
                 cursor.execute("SET LOCAL enable_seqscan = off")
                 cursor.execute(f"EXPLAIN {sql}")
                 plan = "\n".join(row[0] for row in cursor.fetchall())
-                assert "Index Scan Backward using" in plan, plan
-                assert plan.count("_pkey") >= 2, plan
+                assert re.search(r"Index Scan Backward using \w+_pkey", plan), plan
+                assert "(id > COALESCE(" in plan, plan
