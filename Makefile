@@ -8,9 +8,10 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt | sha1sum | cut -c1-12)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 WEB_CONCURRENCY ?= 2
-# A long-polling check_messages holds a worker thread while it waits; threads
-# per process keep idle pollers from starving other requests. On SQLite each
-# process still runs one request at a time (PLUMB_ACTIVE_REQUESTS, common/gate.py).
+# Each process reads its connections on an event loop and runs Django in
+# THREADS threads (plumb_site/asgi.py); a waiting check_messages holds one, and
+# at most half of them wait (PLUMB_WAITING_POLLS). On SQLite each process still
+# runs one request at a time (PLUMB_ACTIVE_REQUESTS, common/gate.py).
 THREADS ?= 8
 
 .PHONY: install serve test test-postgres bench lint superuser clean chromium
@@ -25,14 +26,14 @@ $(STAMP): requirements.txt
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-# plumb_site/gunicorn_config.py: metrics summed over the processes (var/metrics/,
-# emptied at start) and gunicorn's own log lines in LOG_FORMAT.
+# plumb_site/gunicorn_config.py: the application and its worker, metrics summed over
+# the processes (var/metrics/, emptied at start), gunicorn's log lines in LOG_FORMAT.
 serve: install
 	$(BIN)/python manage.py migrate --noinput --verbosity 0
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py plumb bootstrap
-	$(BIN)/gunicorn plumb_site.wsgi --config python:plumb_site.gunicorn_config \
-		--bind $(HOST):$(PORT) --workers $(WEB_CONCURRENCY) --threads $(THREADS) \
+	PLUMB_THREADS=$(THREADS) $(BIN)/gunicorn --config python:plumb_site.gunicorn_config \
+		--bind $(HOST):$(PORT) --workers $(WEB_CONCURRENCY) \
 		--access-logfile - --graceful-timeout 5 --no-control-socket
 
 lint: install

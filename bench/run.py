@@ -342,20 +342,24 @@ def start_server(cfg: Config, env: dict[str, str], workdir: Path, name: str) -> 
     port = free_port()
     log_path = workdir / f"gunicorn-{name}.log"
     command = [
-        sys.executable, "-m", "gunicorn", "plumb_site.wsgi",
+        sys.executable, "-m", "gunicorn",
         "--bind", f"{HOST}:{port}",
-        "--worker-class", "gthread",
         "--workers", str(cfg.workers),
-        "--threads", str(cfg.threads),
         "--keep-alive", "30",
         "--graceful-timeout", "5",
         "--no-control-socket",
         "--log-level", "warning",
     ]  # fmt: skip
     # As `make serve` runs it (metrics summed over processes, so their cost is
-    # measured too), where the code under test has the configuration.
-    if (cfg.app_dir / "plumb_site" / "gunicorn_config.py").exists():
+    # measured too), where the code under test has the configuration; a
+    # configuration that names the application also names its worker.
+    config = cfg.app_dir / "plumb_site" / "gunicorn_config.py"
+    if config.exists():
         command += ["--config", "python:plumb_site.gunicorn_config"]
+    if config.exists() and "wsgi_app" in config.read_text():
+        env = {**env, "PLUMB_THREADS": str(cfg.threads)}
+    else:
+        command += ["plumb_site.wsgi", "--worker-class", "gthread", "--threads", str(cfg.threads)]
     process = subprocess.Popen(
         command,
         cwd=cfg.app_dir,

@@ -1,7 +1,203 @@
-import os
+"""The application plumb's server runs: an event loop in front, Django in threads behind.
 
-from django.core.asgi import get_asgi_application
+gunicorn's ``asgi`` worker (``plumb_site/gunicorn_config.py``) reads requests
+on an asyncio event loop, so a client that trickles its headers, or keeps a
+connection open and idle between requests, costs a coroutine and a socket,
+never a thread. This front then reads the whole request body, under two rules:
+
+* a declared ``Content-Length`` past ``PLUMB_MAX_REQUEST_BYTES`` is refused at
+  once (``413 request_too_large``) without reading a byte of it, and a chunked
+  body that grows past the limit is cut off the same way;
+* the body must arrive within ``PLUMB_BODY_TIMEOUT`` seconds
+  (``408 request_timeout``).
+
+Only a request that has fully arrived reaches Django: the WSGI application
+(``plumb_site/wsgi.py``, behind the process's request gate) runs in a pool of
+``PLUMB_THREADS`` threads. No thread, and so no gate seat, ever waits on a
+client's socket, in either direction: the thread hands back the whole
+response (plumb's are small JSON documents) and the event loop writes it.
+
+That hand-back is the one piece written here rather than taken from a2wsgi
+(which builds the WSGI environ for us): a2wsgi's bridge passes every part of
+a response from the thread to the loop and waits for each, three round trips
+a request, which cost sends a fifth of their throughput in ``make bench``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "plumb_site.settings")
 
-application = get_asgi_application()
+from a2wsgi.wsgi import build_environ
+from django.conf import settings
+from django.urls import get_resolver
+
+from common.errors import error_body
+from plumb_site.wsgi import application as wsgi_application
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+Response = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+django_threads = ThreadPoolExecutor(settings.PLUMB_THREADS, thread_name_prefix="django")
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+class _Gone(Exception):
+    """The client went away before its body had arrived; nobody is left to answer.
+
+    The request is still answered, with nginx's ``499 client closed request``,
+    so that the access log says what happened: gunicorn logs an application
+    that answers nothing as its own ``500``.
+    """
+
+
+def _declared_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None  # the parser refuses a malformed length before we see it
+    return None
+
+
+async def _body(receive: Receive, limit: int, timeout: float) -> bytes:
+    """The whole body, or a refusal: past ``limit`` bytes, or not all here in ``timeout``.
+
+    The deadline is kept by waiting on each ``receive()`` with a timeout, never
+    by cancelling it: on Python 3.11 a cancellation that lands as a chunk
+    arrives is lost inside the server's ``receive`` (``asyncio.wait_for``), and
+    a client trickling a byte a second hit that often enough to never be cut off.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        remaining = deadline - loop.time()
+        pending = asyncio.ensure_future(receive())
+        done, _ = await asyncio.wait({pending}, timeout=max(remaining, 0))
+        if not done or loop.time() > deadline:
+            pending.cancel()
+            raise _Refused(
+                408,
+                "request_timeout",
+                f"The request body did not arrive within {timeout:g} seconds.",
+            )
+        message = pending.result()
+        if message["type"] == "http.disconnect":
+            raise _Gone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _too_large(limit: int) -> _Refused:
+    return _Refused(
+        413, "request_too_large", f"The request body is larger than the {limit} bytes accepted."
+    )
+
+
+async def _refuse(send: Send, refusal: _Refused) -> None:
+    payload = json.dumps(error_body(refusal.code, refusal.message)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": refusal.status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                # The rest of the body was never read: the connection cannot be reused.
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _django(scope: Scope, body: bytes) -> Response:
+    """One request through Django's WSGI application, in a thread of the pool."""
+    environ = build_environ(scope, io.BytesIO(body))
+    # The body is all here, however it was framed: Django reads what this says.
+    environ["CONTENT_LENGTH"] = str(len(body))
+    started: list[Any] = []
+    chunks: list[bytes] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info=None):
+        started[:] = [status, headers]
+        return chunks.append
+
+    result = wsgi_application(environ, start_response)
+    try:
+        chunks.extend(result)
+    finally:
+        if hasattr(result, "close"):
+            result.close()  # Django's request_finished: connections are tidied here
+    status, headers = started
+    encoded = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+    return int(status.split(" ", 1)[0]), encoded, b"".join(chunks)
+
+
+def _warm_up() -> None:
+    """Import every view before the first request, not during it.
+
+    The URLconf pulls in DRF, the API, the admin and MCP: on a busy small
+    machine that took seconds, which the first client of each process waited.
+    """
+    get_resolver().url_patterns  # noqa: B018 (the property imports the URLconf)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await asyncio.to_thread(_warm_up)
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def application(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "lifespan":
+        await _lifespan(receive, send)
+        return
+    if scope["type"] != "http":
+        return  # no WebSockets: the connection is closed unanswered
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    try:
+        declared = _declared_length(scope)
+        if declared is not None and declared > limit:
+            raise _too_large(limit)
+        body = await _body(receive, limit, settings.PLUMB_BODY_TIMEOUT)
+    except _Refused as refusal:
+        await _refuse(send, refusal)
+        return
+    except _Gone:
+        await send({"type": "http.response.start", "status": 499, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    loop = asyncio.get_running_loop()
+    status, headers, content = await loop.run_in_executor(django_threads, _django, scope, body)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})

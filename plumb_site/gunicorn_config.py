@@ -4,6 +4,14 @@
 with it; the address, processes and threads stay on their command lines. It
 runs in gunicorn's master process, before any worker starts:
 
+* **The application and its worker.** ``plumb_site.asgi:application`` on
+  gunicorn's ``asgi`` worker (``plumb_site/asgi_worker.py``: its own error
+  answers in plumb's JSON shape): each process reads every connection on one
+  event loop, and Django runs in ``PLUMB_THREADS`` threads behind it (see
+  ``plumb_site/asgi.py`` for why). A process holds up to
+  ``worker_connections`` connections; an idle keep-alive connection is
+  closed after ``keepalive`` seconds.
+
 * **Metrics from every process.** prometheus-client decides when it is first
   imported whether values live in process memory or in files, so
   ``PROMETHEUS_MULTIPROC_DIR`` is set here (``PLUMB_METRICS_DIR``, i.e.
@@ -82,3 +90,11 @@ class Logger(glogging.Logger):
 
 
 logger_class = Logger
+wsgi_app = "plumb_site.asgi:application"
+worker_class = "plumb_site.asgi_worker.Worker"
+worker_connections = 1000
+keepalive = 30
+# A request whose client left runs on in its thread all the same (a waiting
+# poll for up to 30 s): the worker waits for it rather than cancel it at 3 s
+# and log it as its own 500.
+asgi_disconnect_grace_period = 35

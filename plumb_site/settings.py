@@ -237,6 +237,15 @@ STORAGES = {
 # multiply that by six, so 256 KiB leaves room without inviting abuse.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("PLUMB_MAX_REQUEST_BYTES", 256 * 1024, minimum=1024)
 
+# The server (plumb_site/asgi.py): threads per process that run Django code,
+# and how long a client may take to send a request body (408 past it).
+PLUMB_THREADS = env_int("PLUMB_THREADS", 8, minimum=2)
+PLUMB_BODY_TIMEOUT = env_int("PLUMB_BODY_TIMEOUT", 10, minimum=1)
+# Long-polls that one process holds at once; each holds one of its threads, so
+# half of them at most, and the rest always answer other calls. Past it a poll
+# answers at once with what it has (mailbox/wakeups.py).
+PLUMB_WAITING_POLLS = env_int("PLUMB_WAITING_POLLS", PLUMB_THREADS // 2, minimum=1)
+
 PLUMB_SESSION_TTL = env_int("PLUMB_SESSION_TTL", 300, minimum=1)
 # Requests of one server process that run at once (0: as many as threads).
 # One on SQLite, where a second one only fights the first for the interpreter

@@ -207,6 +207,7 @@ class PlumbServer:
             DEBUG="false",
             LOG_LEVEL="WARNING",
             PYTHONUNBUFFERED="1",
+            PLUMB_THREADS=str(self.threads),
         )
         env.update(self.extra_env)
         return env
@@ -230,13 +231,10 @@ class PlumbServer:
             fd = listener.fileno()
             command = [
                 _gunicorn(),
-                "plumb_site.wsgi",
                 "--config",
                 "python:plumb_site.gunicorn_config",
                 "--workers",
                 str(self.workers),
-                "--threads",
-                str(self.threads),
                 "--bind",
                 f"fd://{fd}",
                 "--no-control-socket",
@@ -279,7 +277,11 @@ class PlumbServer:
                     f"gunicorn exited with {self.process.returncode} at start:\n{self.log_tail()}"
                 )
             try:
-                status, body = call("GET", f"{self.url}/healthz", timeout=5)
+                # Waits as long as the start may take: the connection sits in
+                # the listening socket's backlog until a worker has booted,
+                # and a probe that gave up would be logged as the server's 500.
+                remaining = max(1.0, deadline - time.monotonic())
+                status, body = call("GET", f"{self.url}/healthz", timeout=remaining)
             except NETWORK_ERRORS:
                 status, body = None, None
             if status == 200 and body == {"status": "ok"}:

@@ -1,0 +1,225 @@
+"""The server's front (plumb_site/asgi.py): a body is read whole, promptly and within
+its limit, before any thread or gate seat is spent on it (issue 15, item 1).
+
+Driven in-process with ASGI messages, so each client behaviour (a huge declared
+length, a trickle, a disconnect) is exact rather than timed over a socket;
+tests/scale/test_slow_clients.py does the same against a real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import plumb_site.asgi as front
+from common import gate as gate_module
+from common.gate import RequestGate
+
+
+def scope(method: str = "GET", path: str = "/healthz", headers=()) -> dict:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.encode(), v.encode()) for k, v in headers],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+
+class Client:
+    """The client side of one ASGI request: what it sends, and what it got back."""
+
+    def __init__(self, chunks=(), *, then=None) -> None:
+        self.chunks = list(chunks)
+        self.then = then  # awaited once the chunks are out: a trickle that stalls
+        self.reads = 0
+        self.sent: list[dict] = []
+
+    async def receive(self) -> dict:
+        self.reads += 1
+        if self.chunks:
+            body, more = self.chunks.pop(0)
+            return {"type": "http.request", "body": body, "more_body": more}
+        if self.then is not None:
+            await self.then()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict) -> None:
+        self.sent.append(message)
+
+    @property
+    def status(self) -> int | None:
+        starts = [m for m in self.sent if m["type"] == "http.response.start"]
+        return starts[0]["status"] if starts else None
+
+    @property
+    def headers(self) -> dict[bytes, bytes]:
+        return dict(self.sent[0]["headers"])
+
+    def json(self) -> dict:
+        body = b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
+        return json.loads(body)
+
+
+def run(client: Client, request_scope: dict) -> Client:
+    asyncio.run(front.application(request_scope, client.receive, client.send))
+    return client
+
+
+def test_a_declared_length_past_the_limit_is_refused_before_a_byte_is_read(settings):
+    client = Client([(b"x" * 100, True)])
+    declared = settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1
+
+    run(client, scope("POST", "/api/v1/notes/", [("content-length", str(declared))]))
+
+    assert client.status == 413
+    assert client.json()["error"]["code"] == "request_too_large"
+    assert client.headers[b"content-type"] == b"application/json"
+    assert client.headers[b"connection"] == b"close"
+    assert client.reads == 0
+
+
+def test_a_body_without_a_declared_length_is_cut_off_at_the_limit(settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
+    client = Client([(b"x" * 1000, True)] * 100)
+
+    run(client, scope("POST", "/api/v1/notes/", [("transfer-encoding", "chunked")]))
+
+    assert client.status == 413
+    assert client.json()["error"]["code"] == "request_too_large"
+    assert client.reads == 5  # the fifth thousand bytes crossed the limit; no more was read
+
+
+def test_a_body_that_stalls_gets_408_after_the_body_timeout(settings):
+    settings.PLUMB_BODY_TIMEOUT = 0.2
+
+    async def stall() -> None:
+        await asyncio.sleep(3600)
+
+    client = Client([(b"{", True)], then=stall)
+
+    run(client, scope("POST", "/api/v1/notes/", [("content-length", "100")]))
+
+    assert client.status == 408
+    error = client.json()["error"]
+    assert error["code"] == "request_timeout"
+    assert "0.2 seconds" in error["message"]
+
+
+def test_the_body_deadline_holds_when_the_servers_receive_swallows_a_cancellation(settings):
+    """Python 3.11's ``asyncio.wait_for`` (inside gunicorn's ``receive``) loses a
+    cancellation that lands as data arrives; the deadline must not depend on it."""
+    settings.PLUMB_BODY_TIMEOUT = 0.2
+
+    async def scenario() -> Client:
+        client = Client()
+        swallowed = []
+
+        async def receive() -> dict:  # a trickle whose wait turns a cancel into a byte
+            client.reads += 1
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                if swallowed:  # once: the test's own time limit must still bite
+                    raise
+                swallowed.append(True)
+            return {"type": "http.request", "body": b"a", "more_body": True}
+
+        await asyncio.wait_for(
+            front.application(
+                scope("POST", "/api/v1/notes/", [("content-length", "1000")]),
+                receive,
+                client.send,
+            ),
+            5,
+        )
+        return client
+
+    client = asyncio.run(scenario())
+
+    assert client.status == 408
+    assert client.reads < 10
+
+
+def test_a_client_gone_before_its_body_arrived_is_logged_as_499_not_500():
+    client = Client([(b"{", True)])  # then a disconnect
+
+    run(client, scope("POST", "/api/v1/notes/", [("content-length", "100")]))
+
+    assert client.status == 499
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_body_that_arrives_whole_reaches_django():
+    body = json.dumps({"to": "bob", "body": "hi"}).encode()
+    client = Client([(body[:5], True), (body[5:], False)])
+
+    run(client, scope("POST", "/api/v1/notes/", [("content-type", "application/json")]))
+
+    # Django read it: no credentials, so DRF's refusal, in the JSON shape.
+    assert client.status == 401
+    assert client.json()["error"]["code"] == "not_authenticated"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_trickling_body_holds_neither_a_thread_nor_the_gate(monkeypatch):
+    """With one thread and a one-seat gate, a request whose body is still
+    arriving leaves both free: another request is answered meanwhile."""
+    monkeypatch.setattr(gate_module, "_gate", RequestGate(1))
+    monkeypatch.setattr(front, "django_threads", ThreadPoolExecutor(1))
+
+    async def scenario() -> tuple[Client, Client]:
+        stalled, more = asyncio.Event(), asyncio.Event()
+
+        async def wait_for_more() -> None:
+            stalled.set()
+            await more.wait()
+
+        slow = Client([(b'{"to": ', True)], then=wait_for_more)
+        slow_request = asyncio.create_task(
+            front.application(
+                scope("POST", "/api/v1/notes/", [("content-length", "100")]),
+                slow.receive,
+                slow.send,
+            )
+        )
+        await stalled.wait()  # its body is still arriving
+        assert slow.sent == []
+
+        quick = Client([(b"", False)])
+        await asyncio.wait_for(front.application(scope(), quick.receive, quick.send), 30)
+
+        more.set()
+        await slow_request
+        return slow, quick
+
+    slow, quick = asyncio.run(scenario())
+
+    assert quick.status == 200
+    assert quick.json() == {"status": "ok"}
+    assert slow.status == 499  # it left without finishing its body
+
+
+def test_lifespan_starts_and_stops():
+    messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return messages.pop(0)
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(front.application({"type": "lifespan"}, receive, send))
+
+    assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
