@@ -419,13 +419,22 @@ def notes_wait(session: Session, *, wait: float) -> list[Note]:
 
     A note committed by this process wakes the waiter at once; one committed
     by another process is found by the re-check every POLL_INTERVAL. No
-    transaction is held while waiting.
+    transaction is held while waiting. Waiting is rationed (mailbox/wakeups.py):
+    the session's older poll is superseded and answers with no notes, and a
+    process whose waiting places are all taken answers at once.
     """
+    if wait <= 0:
+        return notes_claim(session)
     deadline = time.monotonic() + wait
-    if wait > 0:
-        # The authentication hint predates the wake-up generation read below;
-        # a note committed in between would wake no one, so waiters look.
-        session.notes_maybe_pending = True
+    # The authentication hint predates the wake-up generation read below;
+    # a note committed in between would wake no one, so waiters look.
+    session.notes_maybe_pending = True
+    ticket = secrets.token_hex(8)
+    # Recorded first, so that the older poll steps aside even when this one
+    # cannot wait: the newest call is the one the agent is listening to.
+    Session.objects.filter(pk=session.pk).update(poll_ticket=ticket)
+    if not wakeups.poll_enter(session.pk, ticket):
+        return notes_claim(session)
     waiting = False  # counted in plumb_polls_waiting from the first sleep to the answer
     try:
         while True:
@@ -438,9 +447,19 @@ def notes_wait(session: Session, *, wait: float) -> list[Note]:
                 waiting = True
                 metrics.POLLS_WAITING.inc()
             wakeups.wait(generation, min(wakeups.POLL_INTERVAL, remaining))
+            if _poll_superseded(session, ticket):
+                return []
     finally:
+        wakeups.poll_leave(session.pk, ticket)
         if waiting:
             metrics.POLLS_WAITING.dec()
+
+
+def _poll_superseded(session: Session, ticket: str) -> bool:
+    """A newer poll of the session started, here or in another process (or it ended)."""
+    if wakeups.superseded_here(session.pk, ticket):
+        return True
+    return not Session.objects.filter(pk=session.pk, poll_ticket=ticket).exists()
 
 
 def notes_unbind(session_ids: list[int]) -> None:

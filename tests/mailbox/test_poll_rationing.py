@@ -1,0 +1,132 @@
+"""Waiting polls are rationed (issue 15, item 3; mailbox/wakeups.py).
+
+A session has one waiting ``check_messages``: a newer one makes the older
+answer at once with no notes. A process holds at most ``PLUMB_WAITING_POLLS``
+waiting polls; past it a poll answers at once. Each poll below asks to wait
+far longer than the test allows it (``LONG``), so a poll that answers in
+time did so because it was superseded or refused a place, never because its
+wait ran out. Polls run in threads, each on its own database connection.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from mailbox import wakeups
+from mailbox.models import Session
+from mailbox.services import note_leave, notes_wait
+from tests.factories import SessionFactory, WorkspaceFactory
+
+LONG = 60.0  # what each poll asks to wait
+PROMPT = 10.0  # how long the test waits for an answer that should come at once
+
+
+class Poll(threading.Thread):
+    def __init__(self, session: Session) -> None:
+        super().__init__(daemon=True)
+        self.session_id = session.pk
+        self.notes: list | None = None
+        self.answered = threading.Event()
+
+    def run(self) -> None:
+        try:
+            session = Session.objects.select_related("name", "workspace").get(pk=self.session_id)
+            self.notes = notes_wait(session, wait=LONG)
+            self.answered.set()
+        finally:
+            connection.close()
+
+
+def start_waiting(session: Session, *, places_taken: int) -> Poll:
+    """A poll of ``session``, started and seen to hold its waiting place."""
+    poll = Poll(session)
+    poll.start()
+    deadline = time.monotonic() + PROMPT
+    while wakeups.waiting_polls() < places_taken and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert wakeups.waiting_polls() == places_taken
+    return poll
+
+
+@pytest.fixture
+def mailbox(transactional_db):
+    workspace = WorkspaceFactory(slug="main")
+    return {
+        "alice": SessionFactory(workspace=workspace, name="alice"),
+        "bob": SessionFactory(workspace=workspace, name="bob"),
+        "carol": SessionFactory(workspace=workspace, name="carol"),
+    }
+
+
+def test_a_newer_poll_of_the_session_makes_the_older_answer_with_no_notes(mailbox):
+    older = start_waiting(mailbox["alice"], places_taken=1)
+
+    newer = Poll(mailbox["alice"])
+    newer.start()
+
+    assert older.answered.wait(PROMPT)
+    assert older.notes == []
+    assert not newer.answered.is_set()
+    note_leave(mailbox["bob"], to="alice", body="for the newer poll")
+    assert newer.answered.wait(PROMPT)
+    assert [note.body for note in newer.notes] == ["for the newer poll"]
+    newer.join(PROMPT)
+    assert wakeups.waiting_polls() == 0
+
+
+def test_a_poll_started_in_another_process_supersedes_at_the_next_recheck(mailbox):
+    older = start_waiting(mailbox["alice"], places_taken=1)
+
+    # What a poll of the same session does first in another process.
+    Session.objects.filter(pk=mailbox["alice"].pk).update(poll_ticket="elsewhere")
+
+    assert older.answered.wait(wakeups.POLL_INTERVAL + PROMPT)
+    assert older.notes == []
+    older.join(PROMPT)
+    assert wakeups.waiting_polls() == 0
+
+
+def test_polls_of_other_sessions_are_not_superseded(mailbox):
+    alice = start_waiting(mailbox["alice"], places_taken=1)
+    bob = start_waiting(mailbox["bob"], places_taken=2)
+
+    assert not alice.answered.is_set()
+    note_leave(mailbox["carol"], to="alice", body="one")
+    note_leave(mailbox["carol"], to="bob", body="two")
+    assert alice.answered.wait(PROMPT)
+    assert bob.answered.wait(PROMPT)
+    assert [n.body for n in alice.notes] == ["one"]
+    assert [n.body for n in bob.notes] == ["two"]
+
+
+def test_past_the_processes_places_a_poll_answers_at_once(mailbox, settings):
+    settings.PLUMB_WAITING_POLLS = 1
+    alice = start_waiting(mailbox["alice"], places_taken=1)
+
+    refused = Poll(mailbox["bob"])
+    refused.start()
+
+    assert refused.answered.wait(PROMPT)
+    assert refused.notes == []
+    assert not alice.answered.is_set()
+    assert wakeups.waiting_polls() == 1
+    note_leave(mailbox["carol"], to="alice", body="wake")
+    assert alice.answered.wait(PROMPT)
+
+
+def test_a_refused_poll_still_delivers_what_is_pending(mailbox, settings):
+    settings.PLUMB_WAITING_POLLS = 1
+    alice = start_waiting(mailbox["alice"], places_taken=1)
+    note_leave(mailbox["carol"], to="bob", body="already here")
+
+    refused = Poll(mailbox["bob"])
+    refused.start()
+
+    assert refused.answered.wait(PROMPT)
+    assert [n.body for n in refused.notes] == ["already here"]
+    note_leave(mailbox["carol"], to="alice", body="wake")
+    assert alice.answered.wait(PROMPT)

@@ -1,0 +1,354 @@
+"""Slow and greedy clients cannot stall a real server (issue 15, items 1-3 and 8).
+
+The server runs as ``make serve`` runs it: gunicorn's asgi worker
+(``plumb_site/asgi_worker.py``), 2 processes, Django in 8 threads each. Each
+test prints one figure line (``pytest -s``, and in CI's output) and bounds
+every loop by count and time. The latency bounds (an answer within 1 s) are
+the issue's acceptance, and far from what the server needs (a few ms): what
+they catch is a request queued behind slow clients, which waits for seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import statistics
+import threading
+import time
+from urllib.parse import urlsplit
+
+import pytest
+
+from mailbox.wakeups import POLL_INTERVAL
+from tests.factories import SessionFactory, WorkspaceFactory
+from tests.scale.harness import Api, PlumbServer, call, database_url, report, run_threads
+
+BODY_TIMEOUT = 4  # PLUMB_BODY_TIMEOUT of this module's server
+ANSWER_WITHIN = 1.0  # seconds: what /healthz and an authenticated call must meet
+TRICKLERS = 200
+
+
+@pytest.fixture(scope="module")
+def slow_server(django_db_setup, tmp_path_factory):
+    plumb = PlumbServer(
+        database_url(),
+        workdir=tmp_path_factory.mktemp("slow-server"),
+        workers=2,
+        threads=8,
+        extra_env={"PLUMB_BODY_TIMEOUT": str(BODY_TIMEOUT)},
+    )
+    plumb.start()
+    try:
+        yield plumb
+    finally:
+        plumb.stop()
+
+
+@pytest.fixture
+def server(slow_server, transactional_db):
+    slow_server.count_from_here()
+    return slow_server
+
+
+def timed(method: str, url: str, **kwargs) -> tuple[float, int, dict]:
+    started = time.monotonic()
+    status, body = call(method, url, timeout=30, **kwargs)
+    return time.monotonic() - started, status, body
+
+
+def connect(server: PlumbServer) -> socket.socket:
+    url = urlsplit(server.url)
+    return socket.create_connection((url.hostname, url.port), timeout=30)
+
+
+def read_response(sock: socket.socket, timeout: float) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of the one response on ``sock`` (which then closes)."""
+    sock.settimeout(timeout)
+    raw = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    return int(lines[0].split()[1]), {k.lower(): v for k, v in headers.items()}, body
+
+
+def max_and_median(seconds: list[float]) -> str:
+    return f"{max(seconds) * 1000:.1f}/{statistics.median(seconds) * 1000:.1f}"
+
+
+def assert_json_error(response: tuple[int, dict, bytes], status: int, code: str) -> None:
+    got_status, headers, body = response
+    assert got_status == status, body[:300]
+    assert headers["content-type"] == "application/json", headers
+    assert json.loads(body)["error"]["code"] == code
+
+
+# --- 200 trickling connections ------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_200_trickling_connections_leave_health_and_authenticated_calls_answered(server):
+    session = SessionFactory(workspace=WorkspaceFactory(slug="main"), name="alice")
+    heads = [
+        b"GET /api/v1/sessions/current/ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",
+    ] * (TRICKLERS // 2)
+    bodies = [
+        b"POST /api/v1/notes/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1000\r\n\r\n{",
+    ] * (TRICKLERS // 2)
+    sockets = []
+    for opening in heads + bodies:
+        sock = connect(server)
+        sock.sendall(opening)
+        sockets.append(sock)
+    opened = time.monotonic()
+
+    stop = threading.Event()
+
+    def trickle() -> None:  # one byte a second on every connection
+        while not stop.wait(1.0):
+            for sock in sockets:
+                with contextlib.suppress(OSError):  # answered and closed: a body timed out
+                    sock.send(b"a")
+
+    trickler = threading.Thread(target=trickle, daemon=True)
+    trickler.start()
+    health, authed = [], []
+    try:
+        for _ in range(10):  # about 3 s, well inside the body timeout
+            took, status, body = timed("GET", f"{server.url}/healthz")
+            assert status == 200, body
+            health.append(took)
+            took, status, body = timed(
+                "GET", f"{server.url}/api/v1/sessions/current/", token=session.raw_token
+            )
+            assert status == 200, body
+            authed.append(took)
+            time.sleep(0.3)
+        body_answers = []
+        for sock in sockets[TRICKLERS // 2 :]:
+            remaining = opened + BODY_TIMEOUT + 5 - time.monotonic()
+            body_answers.append(read_response(sock, max(remaining, 0.5)))
+        answered_after = time.monotonic() - opened
+    finally:
+        stop.set()
+        trickler.join(5)
+        for sock in sockets:
+            sock.close()
+
+    statuses = sorted({answer[0] for answer in body_answers})
+    report(
+        "200 trickling connections",
+        {
+            "healthz max/p50 ms": max_and_median(health),
+            "authenticated max/p50 ms": max_and_median(authed),
+            "trickled bodies answered": f"{statuses} after {answered_after:.1f} s",
+        },
+        {
+            "slow_healthz": sum(t >= ANSWER_WITHIN for t in health),
+            "slow_authenticated": sum(t >= ANSWER_WITHIN for t in authed),
+            "server_5xx": server.server_errors(),
+        },
+    )
+    assert max(health) < ANSWER_WITHIN
+    assert max(authed) < ANSWER_WITHIN
+    for answer in body_answers:
+        assert_json_error(answer, 408, "request_timeout")
+    assert server.server_errors() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_declared_body_past_the_limit_is_refused_before_it_is_sent(server):
+    sock = connect(server)
+    try:
+        sock.sendall(
+            b"POST /api/v1/notes/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 10000000\r\n\r\n"
+        )
+        started = time.monotonic()
+        answer = read_response(sock, 10)
+        took = time.monotonic() - started
+    finally:
+        sock.close()
+
+    report("declared 10 MB body", {"answered in ms": f"{took * 1000:.1f}"}, {})
+    assert_json_error(answer, 413, "request_too_large")
+    assert answer[1]["connection"] == "close"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chunked_body_reaches_django_whole(server):
+    workspace = WorkspaceFactory(slug="main")
+    alice = SessionFactory(workspace=workspace, name="alice")
+    SessionFactory(workspace=workspace, name="bob")
+    body = json.dumps({"to": "bob", "body": "sent in chunks"}).encode()
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:9], body[9:]))
+    sock = connect(server)
+    try:
+        sock.sendall(
+            b"POST /api/v1/notes/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            + f"Authorization: Bearer {alice.raw_token}\r\n\r\n".encode()
+            + chunks
+            + b"0\r\n\r\n"
+        )
+        status, _, answer = read_response(sock, 30)
+    finally:
+        sock.close()
+
+    assert status == 201, answer
+    assert json.loads(answer)["note"]["body"] == "sent in chunks"
+
+
+# --- the server's own refusals ------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("request_head", "status", "code"),
+    [
+        (
+            b"GET /healthz?" + b"q" * 5000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+            414,
+            "uri_too_long",
+        ),
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"b" * 9000 + b"\r\n\r\n",
+            431,
+            "headers_too_large",
+        ),
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + b"".join(b"X-Pad-%d: v\r\n" % i for i in range(200))
+            + b"\r\n",
+            431,
+            "headers_too_large",
+        ),
+        (b"NOT HTTP AT ALL\r\n\r\n", 400, "bad_request"),
+    ],
+    ids=["url-5000", "header-9000", "200-headers", "garbage"],
+)
+def test_what_the_server_refuses_itself_is_refused_in_the_json_shape(
+    server, request_head, status, code
+):
+    sock = connect(server)
+    try:
+        sock.sendall(request_head)
+        answer = read_response(sock, 10)
+    finally:
+        sock.close()
+
+    assert_json_error(answer, status, code)
+    assert timed("GET", f"{server.url}/healthz")[1] == 200  # and it goes on serving
+
+
+# --- long-polls ---------------------------------------------------------------------------
+
+
+def poll_all(api: Api, tokens: list[str], *, stagger: float) -> tuple[list, threading.Thread]:
+    """Start ``check_messages?wait=30`` for each token, ``stagger`` s apart, in threads.
+
+    Each result is (seconds from its start to its answer, status, body), filled in
+    when it answers; the returned thread finishes when every poll has.
+    """
+    results: list = [None] * len(tokens)
+
+    def poll(i: int) -> None:
+        time.sleep(i * stagger)
+        results[i] = timed("GET", f"{api.base}/notes/?wait=30", token=tokens[i])
+
+    runner = threading.Thread(
+        target=lambda: run_threads(poll, len(tokens), timeout=60), daemon=True
+    )
+    runner.start()
+    return results, runner
+
+
+def answered(results: list) -> list[int]:
+    return [i for i, result in enumerate(results) if result is not None]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_eight_polls_of_one_session_leave_one_waiting_and_the_server_free(server):
+    workspace = WorkspaceFactory(slug="main")
+    alice = SessionFactory(workspace=workspace, name="alice")
+    bob = SessionFactory(workspace=workspace, name="bob")
+    api = Api(server)
+
+    results, runner = poll_all(api, [alice.raw_token] * 8, stagger=0.3)
+    health = []
+    deadline = time.monotonic() + 10
+    while len(answered(results)) < 7 and time.monotonic() < deadline:
+        health.append(timed("GET", f"{server.url}/healthz")[0])
+        time.sleep(0.1)
+    time.sleep(1.0)  # the newest poll goes on waiting
+    still_waiting = [i for i in range(8) if results[i] is None]
+    status, body = api.leave_note(bob.raw_token, to="alice", body="for the newest poll")
+    assert status == 201, body
+    runner.join(30)
+
+    superseded = [results[i] for i in range(8) if i not in still_waiting]
+    report(
+        "8 polls of one session",
+        {
+            "superseded": len(superseded),
+            "superseded answer max ms": f"{max(r[0] for r in superseded) * 1000:.0f}",
+            "healthz max ms": f"{max(health) * 1000:.1f}",
+            "still waiting": still_waiting,
+        },
+        {"slow_healthz": sum(t >= ANSWER_WITHIN for t in health)},
+    )
+    assert still_waiting == [7]
+    for took, status, body in superseded:
+        assert status == 200
+        assert body["notes"] == []
+        # Superseded at once in its process, or at its next re-check in the other.
+        assert took < 0.3 + POLL_INTERVAL + ANSWER_WITHIN
+    took, status, body = results[7]
+    assert status == 200
+    assert [note["body"] for note in body["notes"]] == ["for the newest poll"]
+    assert max(health) < ANSWER_WITHIN
+
+
+@pytest.mark.django_db(transaction=True)
+def test_polls_past_the_processes_places_answer_at_once(server):
+    """2 processes x PLUMB_WAITING_POLLS (4 of 8 threads) = 8 waiting places."""
+    workspace = WorkspaceFactory(slug="main")
+    sender = SessionFactory(workspace=workspace, name="sender")
+    agents = [SessionFactory(workspace=workspace, name=f"agent-{i}") for i in range(14)]
+    api = Api(server)
+
+    results, runner = poll_all(api, [agent.raw_token for agent in agents], stagger=0.05)
+    time.sleep(3.0)
+    at_once = answered(results)
+    health = [timed("GET", f"{server.url}/healthz")[0] for _ in range(5)]
+    for agent in agents:
+        status, body = api.leave_note(sender.raw_token, to=agent.name.handle, body="wake")
+        assert status == 201, body
+    runner.join(30)
+
+    woken = [results[i] for i in range(len(agents)) if i not in at_once]
+    report(
+        "14 sessions polling",
+        {
+            "answered at once": len(at_once),
+            "waited": len(woken),
+            "healthz max ms": f"{max(health) * 1000:.1f}",
+        },
+        {"over_places": max(0, len(woken) - 8)},
+    )
+    assert len(woken) <= 8
+    assert len(at_once) >= 6
+    for i in at_once:
+        took, status, body = results[i]
+        assert status == 200
+        assert took < ANSWER_WITHIN
+    for _took, status, body in woken:
+        assert status == 200
+        assert [note["body"] for note in body["notes"]] == ["wake"]
+    assert max(health) < ANSWER_WITHIN
