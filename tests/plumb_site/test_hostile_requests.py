@@ -636,6 +636,35 @@ def test_a_nul_in_the_content_type_is_refused_in_the_error_shape():
     assert json.loads(body)["error"]["code"] == "bad_request"
 
 
+def test_under_a_plain_wsgi_server_a_declared_body_past_the_limit_is_refused_unread(settings):
+    from plumb_site.wsgi import application
+
+    class Unreadable(io.RawIOBase):
+        def read(self, size=-1):
+            raise AssertionError("the body was read")
+
+    captured = {}
+
+    def start_response(status, headers):
+        captured["status"] = status
+
+    body = b"".join(
+        application(
+            {
+                "REQUEST_METHOD": "POST",
+                "PATH_INFO": "/api/v1/notes/",
+                "CONTENT_TYPE": "application/json",
+                "CONTENT_LENGTH": str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1),
+                "wsgi.input": Unreadable(),
+            },
+            start_response,
+        )
+    )
+
+    assert captured["status"].startswith("413")
+    assert json.loads(body)["error"]["code"] == "request_too_large"
+
+
 @pytest.mark.django_db
 def test_options_is_an_undocumented_method(session_client):
     response = session_client.options("/api/v1/sessions/current/")
