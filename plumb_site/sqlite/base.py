@@ -47,31 +47,50 @@ class WriterQueue:
             os.mkfifo(f"{path}-writers.wake", 0o600)
         # Read-write, so that opening never blocks and the FIFO always has a writer.
         self.wake_fd = os.open(f"{path}-writers.wake", flags | os.O_NONBLOCK)
+        # poll, not select: select() cannot watch a descriptor numbered past
+        # 1024, which a server process with many sockets open reaches.
+        self._wake = select.poll()
+        self._wake.register(self.wake_fd, select.POLLIN)
 
     def enter(self, timeout: float) -> tuple[bool, bool]:
-        """Wait for this process's turn, then the file's; whether each was had in time."""
+        """Wait for this process's turn, then the file's; whether each was had in time.
+
+        Whatever ends the wait for the file early (an exception from a signal
+        handler, a failing system call) gives the process's turn back: kept,
+        it would make every later writer of the process wait out its timeout.
+        """
         deadline = time.monotonic() + timeout
         if not self.thread_lock.acquire(timeout=timeout):
             return False, False
+        try:
+            return True, self._wait_for_file(deadline)
+        except BaseException:
+            self.thread_lock.release()
+            raise
+
+    def _wait_for_file(self, deadline: float) -> bool:
         while True:
             try:
                 fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True, True
+                return True
             except BlockingIOError:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return True, False
-            select.select([self.wake_fd], [], [], min(remaining, _NAP_SECONDS))
+                    return False
+            # Only the holder of thread_lock polls, so one poll object serves the process.
+            self._wake.poll(min(remaining, _NAP_SECONDS) * 1000)
             with contextlib.suppress(BlockingIOError):
                 os.read(self.wake_fd, 65536)  # wake-ups nobody waited for, too
 
     def leave(self, held_thread: bool, held_file: bool) -> None:
-        if held_file:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
-            with contextlib.suppress(BlockingIOError):  # full: the waiters are awake anyway
-                os.write(self.wake_fd, b"\0")
-        if held_thread:
-            self.thread_lock.release()
+        try:
+            if held_file:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+                with contextlib.suppress(BlockingIOError):  # full: the waiters are awake anyway
+                    os.write(self.wake_fd, b"\0")
+        finally:
+            if held_thread:
+                self.thread_lock.release()
 
     def close(self) -> None:
         os.close(self.lock_fd)
@@ -134,14 +153,21 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def _start_transaction_under_autocommit(self) -> None:
         if self.is_in_memory_db():
             return super()._start_transaction_under_autocommit()
-        queue = _queue_for(str(self.settings_dict["NAME"]))
-        started = time.perf_counter()
-        held = queue.enter(float(self.settings_dict["OPTIONS"].get("timeout", 5)))
-        # plumb_sqlite_writer_wait_seconds: how long writers queue for each other.
-        metrics.SQLITE_WRITER_WAIT_SECONDS.observe(time.perf_counter() - started)
-        self._queued = (queue, *held)
+        self._enter_queue()
         try:
             super()._start_transaction_under_autocommit()
+        except BaseException:
+            self._leave_queue()
+            raise
+
+    def _enter_queue(self) -> None:
+        """Wait for this connection's turn to write; ``_leave_queue`` ends it."""
+        queue = _queue_for(str(self.settings_dict["NAME"]))
+        started = time.perf_counter()
+        self._queued = (queue, *queue.enter(float(self.settings_dict["OPTIONS"].get("timeout", 5))))
+        try:
+            # plumb_sqlite_writer_wait_seconds: how long writers queue for each other.
+            metrics.SQLITE_WRITER_WAIT_SECONDS.observe(time.perf_counter() - started)
         except BaseException:
             self._leave_queue()
             raise

@@ -6,12 +6,18 @@ whichever database the rest of the suite uses.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import multiprocessing
 import os
+import resource
+import signal
 import sqlite3
+import sys
+import termios
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +28,7 @@ from prometheus_client import REGISTRY
 from plumb_site.sqlite import base as queue_backend
 
 INCREMENTS = 40
+TIMEOUT = 20  # seconds any one step may take before a test gives up
 
 
 def _wrapper(path: str, timeout: float = 10):
@@ -71,15 +78,75 @@ def own_database_allowed(django_db_blocker):
         yield
 
 
-@pytest.fixture
-def database(tmp_path: Path) -> str:
-    path = str(tmp_path / "queue.sqlite3")
+def _create(path: str) -> str:
     wrapper = _wrapper(path)
     with wrapper.cursor() as cursor:
         cursor.execute("CREATE TABLE counter (n INTEGER NOT NULL)")
         cursor.execute("INSERT INTO counter (n) VALUES (0)")
     wrapper.close()
     return path
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Iterator[str]:
+    path = _create(str(tmp_path / "queue.sqlite3"))
+    yield path
+    queue = queue_backend._queues.pop((os.getpid(), path), None)
+    if queue is not None:
+        queue.close()
+
+
+@contextlib.contextmanager
+def _held_elsewhere(path: str) -> Iterator[int]:
+    """The queue file locked through a descriptor of its own, as another process would.
+
+    ``flock`` belongs to the open file description, so a second ``open()`` in
+    this process conflicts with the queue's exactly as another process does.
+    """
+    fd = os.open(f"{path}-writers.lock", os.O_RDWR | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        yield fd
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _in_queue(ident: int | None) -> bool:
+    """Whether the thread ``ident`` is inside ``WriterQueue.enter`` (as tests/races.py reads it)."""
+    frame = sys._current_frames().get(ident) if ident is not None else None
+    while frame is not None:
+        if frame.f_code is queue_backend.WriterQueue.enter.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {TIMEOUT} s"
+        time.sleep(0.002)
+
+
+class _Writer(threading.Thread):
+    """Runs ``action`` on a thread of its own; keeps its error for the test."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        super().__init__(daemon=True)
+        self.action = action
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.action()
+        except BaseException as exc:  # re-raised by finish()
+            self.error = exc
+
+    def finish(self) -> None:
+        self.join(TIMEOUT)
+        assert not self.is_alive(), f"the writer did not finish within {TIMEOUT} s"
+        if self.error is not None:
+            raise self.error
 
 
 def _count(path: str) -> int:
@@ -267,3 +334,91 @@ def test_plumb_queries_go_through_the_cached_conversion(database):
     wrapper.close()
 
     assert queue_backend._qmark.cache_info().hits == 2
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _interrupt(signum, frame):
+    raise _Interrupted
+
+
+def test_a_wait_cut_short_by_an_exception_gives_the_turn_back(database):
+    # A signal handler's exception (Ctrl-C, a server shutting down) or a failing
+    # system call can end the wait anywhere. If the process's turn went with
+    # it, every later writer of the process would wait the whole timeout for
+    # a turn nobody holds.
+    assert threading.current_thread() is threading.main_thread()  # signals land here
+    queue = queue_backend._queue_for(database)
+    waiter = _wrapper(database, timeout=TIMEOUT)
+    waiter.ensure_connection()
+    me = threading.get_ident()
+
+    def interrupt_while_waiting_for_the_file() -> None:
+        _wait_until(lambda: queue.thread_lock.locked() and _in_queue(me), "the waiter never queued")
+        signal.pthread_kill(me, signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, _interrupt)
+    interrupter = _Writer(interrupt_while_waiting_for_the_file)
+    try:
+        with _held_elsewhere(database):
+            interrupter.start()
+            with pytest.raises(_Interrupted):
+                waiter._start_transaction_under_autocommit()
+        interrupter.finish()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+    assert not queue.thread_lock.locked()
+    assert waiter._queued is None
+    # The next write of the process gets both turns at once.
+    waiter._start_transaction_under_autocommit()
+    assert waiter._queued == (queue, True, True)
+    waiter.rollback()
+    waiter.close()
+
+
+def _unread_wakeups(queue: queue_backend.WriterQueue) -> int:
+    return int.from_bytes(fcntl.ioctl(queue.wake_fd, termios.FIONREAD, bytes(4)), sys.byteorder)
+
+
+@contextlib.contextmanager
+def _low_descriptors_taken(above: int) -> Iterator[None]:
+    """Descriptors up to ``above`` in use, as in a server with many sockets open."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < above + 100:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (above + 100, hard))
+    taken: list[int] = []
+    try:
+        while not taken or taken[-1] < above:
+            taken.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        yield
+    finally:
+        for fd in taken:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_writer_waits_for_the_file_on_a_descriptor_above_1024(tmp_path):
+    # select() cannot watch a descriptor numbered past FD_SETSIZE (1024).
+    with _low_descriptors_taken(above=1100):
+        path = _create(str(tmp_path / "high.sqlite3"))
+        queue = queue_backend._queue_for(path)
+    assert queue.wake_fd > 1024
+
+    writer = _Writer(lambda: _write_in_transaction(_wrapper(path), "UPDATE counter SET n = 3"))
+    with _held_elsewhere(path):
+        # A wake-up while the file is still held: the writer waits for it on
+        # the descriptor, reads it, finds the file locked and waits again.
+        os.write(queue.wake_fd, b"\0")
+        writer.start()
+        _wait_until(
+            lambda: _unread_wakeups(queue) == 0 or not writer.is_alive(),
+            "the writer never read the wake-up",
+        )
+    writer.finish()
+
+    assert _count(path) == 3
+    assert not queue.thread_lock.locked()
+    queue_backend._queues.pop((os.getpid(), path)).close()
