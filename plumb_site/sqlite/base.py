@@ -20,13 +20,16 @@ a backup) do not queue and are served by SQLite's busy timeout as usual.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import os
 import select
+import stat
 import threading
 import time
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.sqlite3 import base, creation
 
 from common import metrics
@@ -36,17 +39,53 @@ _NAP_SECONDS = 0.005
 _guard = threading.Lock()
 
 
+def _open_own(path: str, flags: int, kind: str) -> int:
+    """Open one of the queue's files, refusing a link or a file of another kind in its place.
+
+    Followed, a link planted there would have plumb create, lock or wait on
+    a file elsewhere; a file of the wrong kind would never work as the queue.
+    """
+    # Non-blocking, so that opening a FIFO or a device found there cannot hang.
+    flags |= os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP or not stat.S_ISLNK(os.lstat(path).st_mode):
+            raise
+        found = "symbolic link"
+    else:
+        found = _kind_of(os.fstat(fd).st_mode)
+        if found == kind:
+            return fd
+        os.close(fd)
+    raise ImproperlyConfigured(
+        f"{path} is a {found}, not the {kind} that plumb's SQLite writer queue keeps "
+        "beside the database; stop plumb, remove it, and start plumb again."
+    )
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "regular file"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    return "special file"
+
+
 class WriterQueue:
     """The queue of one process for one database file."""
 
     def __init__(self, path: str) -> None:
         self.thread_lock = threading.Lock()
-        flags = os.O_RDWR | os.O_CLOEXEC
-        self.lock_fd = os.open(f"{path}-writers.lock", flags | os.O_CREAT, 0o600)
-        with contextlib.suppress(FileExistsError):
-            os.mkfifo(f"{path}-writers.wake", 0o600)
-        # Read-write, so that opening never blocks and the FIFO always has a writer.
-        self.wake_fd = os.open(f"{path}-writers.wake", flags | os.O_NONBLOCK)
+        self.lock_fd = _open_own(f"{path}-writers.lock", os.O_CREAT, "regular file")
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkfifo(f"{path}-writers.wake", 0o600)
+            # Read-write, so that opening never blocks and the FIFO always has a writer.
+            self.wake_fd = _open_own(f"{path}-writers.wake", 0, "FIFO")
+        except BaseException:
+            os.close(self.lock_fd)
+            raise
         # poll, not select: select() cannot watch a descriptor numbered past
         # 1024, which a server process with many sockets open reaches.
         self._wake = select.poll()

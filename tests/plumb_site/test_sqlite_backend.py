@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import multiprocessing
 import os
+import re
 import resource
 import signal
 import sqlite3
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.sqlite3.base import SQLiteCursorWrapper
 from django.db.utils import ConnectionHandler, OperationalError
 from prometheus_client import REGISTRY
@@ -422,3 +424,45 @@ def test_a_writer_waits_for_the_file_on_a_descriptor_above_1024(tmp_path):
     assert _count(path) == 3
     assert not queue.thread_lock.locked()
     queue_backend._queues.pop((os.getpid(), path)).close()
+
+
+def _plant(kind: str, at: Path, elsewhere: Path) -> None:
+    if kind == "symbolic link":
+        at.symlink_to(elsewhere)
+    elif kind == "FIFO":
+        os.mkfifo(at)
+    else:
+        at.write_bytes(b"")
+
+
+@pytest.mark.parametrize(
+    ("suffix", "kind"),
+    [
+        ("-writers.lock", "symbolic link"),
+        ("-writers.lock", "FIFO"),
+        ("-writers.wake", "symbolic link"),
+        ("-writers.wake", "regular file"),
+    ],
+)
+def test_a_queue_file_planted_in_place_of_plumbs_is_refused(tmp_path, suffix, kind):
+    # Followed, a link would have plumb create or lock a file elsewhere (here
+    # the link's target must not appear); a file of another kind is no queue.
+    path = _create(str(tmp_path / "queue.sqlite3"))
+    stale = queue_backend._queues.pop((os.getpid(), path), None)
+    if stale is not None:
+        stale.close()
+    for leftover in ("-writers.lock", "-writers.wake"):
+        Path(path + leftover).unlink(missing_ok=True)
+    elsewhere = tmp_path / "elsewhere"
+    if suffix == "-writers.wake":
+        os.mkfifo(elsewhere)  # a FIFO, but not the one beside the database
+    _plant(kind, Path(path + suffix), elsewhere)
+
+    wrapper = _wrapper(path)
+    with pytest.raises(ImproperlyConfigured, match=f"{re.escape(path + suffix)} is a {kind}, "):
+        _write_in_transaction(wrapper, "UPDATE counter SET n = 1")
+    wrapper.close()
+
+    assert (os.getpid(), path) not in queue_backend._queues
+    assert suffix == "-writers.wake" or not elsewhere.exists()
+    assert _count(path) == 0
