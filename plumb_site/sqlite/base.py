@@ -24,6 +24,7 @@ import errno
 import fcntl
 import functools
 import os
+import re
 import select
 import stat
 import threading
@@ -168,13 +169,54 @@ def _qmark(query: str) -> str:
     return base.FORMAT_QMARK_REGEX.sub("?", query).replace("%%", "%")
 
 
+# The first keyword, past blanks and comments (as sqlite3 finds it to decide
+# whether a statement needs a transaction opened before it).
+_FIRST_KEYWORD = re.compile(r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)*(\w+)", re.DOTALL)
+_WRITE_KEYWORDS = frozenset({"INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER"})
+_DML_KEYWORD = re.compile(r"\b(?:INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=512)
+def _writes(query: str) -> bool:
+    """Whether the statement writes, and so must wait for its turn outside a transaction.
+
+    ``WITH`` starts reads and writes alike; one that names a DML keyword
+    anywhere counts as a write (at worst a read queues needlessly).
+    """
+    first = _FIRST_KEYWORD.match(query)
+    keyword = first.group(1).upper() if first else ""
+    if keyword == "WITH":
+        return _DML_KEYWORD.search(query) is not None
+    return keyword in _WRITE_KEYWORDS
+
+
 class CursorWrapper(base.SQLiteCursorWrapper):
-    """Converts each distinct statement from ``%s`` to ``?`` style once, not per call.
+    """Queues writes outside a transaction; converts ``%s`` to ``?`` once per statement.
+
+    A statement that writes while no transaction is open (Django's
+    autocommit: the delivery claim, ``session_touch``, ``read_advance``) is a
+    transaction of its own to SQLite and takes the write lock just the same,
+    so it waits for its turn in the queue like an ``atomic()`` block. Inside
+    a transaction the queue is already held; reads never queue.
 
     The conversion is a regular expression over the whole SQL text; for the
     long statements every request runs, it cost more than SQLite needed to
     run them.
     """
+
+    # The Django connection whose queue this cursor's writes join; None for
+    # an in-memory database, which has one connection and nobody to queue for.
+    db: DatabaseWrapper | None = None
+
+    def execute(self, query, params=None):
+        if self.db is None or self.connection.in_transaction or not _writes(query):
+            return super().execute(query, params)
+        return self.db._write_in_turn(super().execute, query, params)
+
+    def executemany(self, query, param_list):
+        if self.db is None or self.connection.in_transaction or not _writes(query):
+            return super().executemany(query, param_list)
+        return self.db._write_in_turn(super().executemany, query, param_list)
 
     def convert_query(self, query, *, param_names=None):
         if param_names is None:
@@ -187,7 +229,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
     _queued: tuple[WriterQueue, bool, bool] | None = None
 
     def create_cursor(self, name=None):
-        return self.connection.cursor(factory=CursorWrapper)
+        cursor = self.connection.cursor(factory=CursorWrapper)
+        if not self.is_in_memory_db():
+            cursor.db = self
+        return cursor
 
     def _start_transaction_under_autocommit(self) -> None:
         if self.is_in_memory_db():
@@ -210,6 +255,23 @@ class DatabaseWrapper(base.DatabaseWrapper):
         except BaseException:
             self._leave_queue()
             raise
+
+    def _write_in_turn(self, execute, query, params):
+        """Run one statement that writes outside a transaction, in its turn.
+
+        The turn ends with the statement. Rows of a ``RETURNING`` clause keep
+        SQLite's lock until they are read, a moment later (Django reads them
+        at once); a writer let in meanwhile meets SQLite's own wait.
+        """
+        self._enter_queue()
+        try:
+            return execute(query, params)
+        finally:
+            # With Django's autocommit off, sqlite3 opened a transaction before
+            # the statement and keeps SQLite's lock until it ends: the queue is
+            # left then, at the commit or the rollback.
+            if not self.connection.in_transaction:
+                self._leave_queue()
 
     def _leave_queue(self) -> None:
         if self._queued is not None:
