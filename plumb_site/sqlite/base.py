@@ -1,20 +1,41 @@
-"""SQLite, with write transactions queued before they ask SQLite for its lock.
+"""SQLite, with writers queued before they ask SQLite for its lock.
 
 SQLite lets one writer in at a time. A connection that finds the lock taken
 sleeps and retries on a growing schedule (1, 2, 5, 10, ... 100 ms), so under
 contention the lock sits idle between writers and a send waits hundreds of
-milliseconds for a lock held for one. Here a transaction first queues for the
+milliseconds for a lock held for one. Here every write first queues for the
 right to write: a lock per database within the process (a waiting thread
 wakes the moment it is released), then ``flock`` on a file beside the
 database across processes. A process that finds the file locked waits on a
 FIFO beside it, into which every releaser writes a byte, so it wakes as soon
 as the lock is free (and re-checks every few milliseconds in case a holder
-died before it could write). BEGIN IMMEDIATE then finds the database free.
+died before it could write). SQLite then finds the database free.
 
-The queue never makes anything wait longer than SQLite would have: past the
-busy timeout a writer stops queueing and leaves the decision to SQLite, which
-answers "database is locked" as before. Other programs (the ``sqlite3`` shell,
-a backup) do not queue and are served by SQLite's busy timeout as usual.
+A transaction (``atomic()``) queues before its BEGIN IMMEDIATE and keeps its
+turn until it commits or rolls back. A statement that writes outside a
+transaction (Django's autocommit: the delivery claim, ``session_touch``,
+``key_touch``, ``read_advance``) is a transaction of its own to SQLite and
+queues for the statement alone. Reads never queue.
+
+Past the busy timeout (``OPTIONS["timeout"]``, 30 s in plumb's settings) a
+writer stops queueing and asks SQLite anyway, and SQLite then waits up to
+that same timeout again, on its own schedule, before it answers "database
+is locked". So a writer behind a transaction that does not end waits up to
+twice the timeout where plain SQLite would have waited it once; behind a
+process that holds the queue file but not SQLite's lock (stuck between two
+writes), it waits one timeout and then writes. A writer that gave up on the
+file still holds its process's turn until it is done, so the other writers
+of its process stay behind it. Other programs (the ``sqlite3`` shell, a
+backup) do not queue and are served by SQLite's busy timeout as usual.
+
+The queue's two files are opened without following links, and a file of the
+wrong kind in their place is refused (``ImproperlyConfigured``).
+
+The hooks overridden here are private Django API (the connection's
+``_start_transaction_under_autocommit``, ``_commit``, ``_rollback``,
+``_close`` and ``create_cursor``; the cursor's ``execute``, ``executemany``
+and ``convert_query``; the test database's ``_destroy_test_db``):
+``tests/plumb_site/test_sqlite_backend.py`` pins how Django calls them.
 """
 
 from __future__ import annotations

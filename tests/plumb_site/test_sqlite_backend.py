@@ -652,3 +652,29 @@ def test_without_autocommit_the_queue_is_held_from_the_first_write_to_the_commit
 )
 def test_statements_that_write_are_told_from_reads(sql, writes):
     assert queue_backend._writes(sql) is writes
+
+
+def test_past_the_timeout_sqlite_waits_the_timeout_again_before_refusing(database):
+    # What the module docstring promises: a stuck holder of both the queue
+    # file and SQLite's lock costs a writer one timeout in the queue, then
+    # one more in SQLite's busy handler, then "database is locked".
+    timeout = 0.3
+    queue = queue_backend._queue_for(database)
+    stuck = sqlite3.connect(database, isolation_level=None)
+    stuck.execute("BEGIN IMMEDIATE")
+    wrapper = _wrapper(database, timeout=timeout)
+    wrapper.ensure_connection()
+    try:
+        with _held_elsewhere(database):
+            started = time.monotonic()
+            with pytest.raises(OperationalError, match="locked"):
+                wrapper._start_transaction_under_autocommit()
+        waited = time.monotonic() - started
+    finally:
+        stuck.rollback()
+        stuck.close()
+
+    assert waited >= 2 * timeout
+    assert wrapper._queued is None
+    assert not queue.thread_lock.locked()
+    wrapper.close()
