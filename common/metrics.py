@@ -63,7 +63,8 @@ GATE_WAIT_SECONDS = Histogram(
 )
 SQLITE_WRITER_WAIT_SECONDS = Histogram(
     "plumb_sqlite_writer_wait_seconds",
-    "Time a write transaction queued before asking SQLite for its lock (plumb_site/sqlite).",
+    "Time a write (a transaction, or a statement outside one) queued before asking SQLite "
+    "for its lock (plumb_site/sqlite).",
     buckets=_WAIT_BUCKETS,
 )
 
