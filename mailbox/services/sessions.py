@@ -2,6 +2,9 @@
 
 A session is one connection of an agent under a name in a workspace, with
 a bearer token of its own, started with a project key that it records.
+
+Generated names come from a space that cannot run out: ``adjective-animal-NN``
+while those last, then the same with 4, 6, 8... digits.
 """
 
 from __future__ import annotations
@@ -43,14 +46,26 @@ _ANIMALS = (  # noqa: SIM905 - a word list reads better as prose
 ).split()
 
 
-def _generated_handle() -> str:
-    """A readable name; never a reserved one, which no session may hold."""
-    while True:
-        handle = (
-            f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_ANIMALS)}-{secrets.randbelow(90) + 10}"
-        )
+# Digits of a generated name's number: two (swift-otter-42; 178,020 names in
+# all) while free ones are drawn, then four, six... Each width is tried only
+# when every draw of the one before was taken, and holds a hundred times
+# more, so generation does not run out: the widest (47 characters with the
+# longest words, within a handle's 64) would take some 10^33 names in use.
+_NUMBER_WIDTHS = range(2, 33, 2)
+_DRAWS_PER_WIDTH = 8
+
+
+def _generated_handles(width: int) -> list[str]:
+    """Readable names with a ``width``-digit number, in draw order, without repeats;
+    never a reserved one, which no session may hold."""
+    low = 10 ** (width - 1)
+    handles: dict[str, None] = {}
+    for _ in range(_DRAWS_PER_WIDTH):
+        number = low + secrets.randbelow(9 * low)
+        handle = f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_ANIMALS)}-{number}"
         if handle not in limits.RESERVED_NAMES:
-            return handle
+            handles[handle] = None
+    return list(handles)
 
 
 def handle_check(name: object, *, field: str = "name") -> str:
@@ -114,14 +129,20 @@ def session_start(
         raise WorkspaceNotFound(f"No workspace {workspace_slug!r} in this project.")
     if name is not None:
         return _start_named(project_key, workspace, handle_check(name), on_started=on_started)
-    # A generated name only needs to be free; on the rare clash draw another.
-    for _ in range(20):
-        try:
-            return _start_named(
-                project_key, workspace, _generated_handle(), fresh_only=True, on_started=on_started
-            )
-        except (NameInUse, NameTaken):
-            continue
+    for width in _NUMBER_WIDTHS:
+        drawn = _generated_handles(width)
+        # One query skips the names in use, so a crowded short form costs one
+        # look before the next width, not a failed transaction per draw.
+        taken = set(AgentName.objects.filter(handle__in=drawn).values_list("handle", flat=True))
+        for handle in drawn:
+            if handle in taken:
+                continue
+            try:
+                return _start_named(
+                    project_key, workspace, handle, fresh_only=True, on_started=on_started
+                )
+            except (NameInUse, NameTaken):
+                continue  # a concurrent start took it since the look
     raise NameInUse("Could not generate a free name; pass one explicitly.")
 
 

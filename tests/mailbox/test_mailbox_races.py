@@ -7,11 +7,13 @@ against what both committed.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from mailbox import services
 from mailbox.errors import ConversationExhausted, KeyRevoked
-from mailbox.models import Note, ProjectKey, Session
+from mailbox.models import AgentName, Note, ProjectKey, Session
 from tests.conftest import assert_error, client_for
 from tests.factories import ProjectKeyFactory, SessionFactory, WorkspaceFactory
 from tests.races import race
@@ -134,3 +136,25 @@ def test_a_session_start_that_waited_for_a_revocation_is_refused(workspace):
     assert (refused.value.status, refused.value.code) == (401, "key_revoked")
     assert not Session.objects.filter(ended_at__isnull=True).exists()
     assert not Session.objects.exists()
+
+
+# --- generated names -------------------------------------------------------------
+
+
+def test_two_generated_starts_at_once_never_get_the_same_name(workspace, monkeypatch):
+    # Every draw is the same: both starts want amber-badger-10.
+    fixed = SimpleNamespace(choice=lambda words: words[0], randbelow=lambda _: 0)
+    monkeypatch.setattr("mailbox.services.sessions.secrets", fixed)
+    # Two keys, so that the second start does not queue behind the first's key lock.
+    one = ProjectKeyFactory(project=workspace.project)
+    two = ProjectKeyFactory(project=workspace.project)
+    first, second, state = race(
+        "session.started",
+        lambda: services.session_start(one, workspace_slug="races"),
+        lambda: services.session_start(two, workspace_slug="races"),
+    )
+    a, b = first.outcome().session, second.outcome().session
+    # The second waited for the first's uncommitted name, then drew a longer one.
+    assert state == "blocked"
+    assert (a.name.handle, b.name.handle) == ("amber-badger-10", "amber-badger-1000")
+    assert AgentName.objects.count() == 2
