@@ -116,16 +116,33 @@ class Workspace(models.Model):
 
 
 class AgentName(models.Model):
-    """A handle, bound for good to the workspace that first claimed it."""
+    """A handle, bound for good to the workspace that first claimed it.
+
+    A generated name nobody relies on is *disposable*: once its sessions have
+    been over for a while and nothing refers to it, ``names_free`` deletes it
+    and the generator may hand the handle out again. Everything that makes a
+    name matter clears the flag for good: a claim by name, an operator's
+    audit record naming it, or history found referring to it.
+    """
 
     handle = models.CharField(
         max_length=limits.NAME_MAX, unique=True, validators=[handle_validator]
     )
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="names")
     created_at = models.DateTimeField(default=timezone.now)
+    disposable = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="Generated and relied on by nobody yet: freed once its sessions are over "
+        "if nothing refers to it.",
+    )
 
     class Meta:
         ordering = ["handle"]
+        indexes = [
+            # names_free looks only at these; held and chosen names are most rows.
+            models.Index(fields=["id"], condition=Q(disposable=True), name="agentname_disposable"),
+        ]
 
     def __str__(self) -> str:
         return self.handle

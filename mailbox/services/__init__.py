@@ -29,6 +29,7 @@ from mailbox.services.notes import (
 from mailbox.services.sessions import (
     StartedSession,
     handle_check,
+    names_free,
     session_end,
     session_start,
     session_touch,
@@ -49,6 +50,7 @@ __all__ = [
     "key_revoke",
     "key_touch",
     "mcp_session_open",
+    "names_free",
     "note_leave",
     "notes_claim",
     "notes_wait",

@@ -239,7 +239,17 @@ def _store(
 def _resolve_addressee(session: Session, to: str) -> _Addressee:
     if to == NEXT:
         return _Addressee(name=None)
-    name = AgentName.objects.select_related("workspace__project").filter(handle=to).first()
+    # Locked until commit (the name's row only, not its workspace's or
+    # project's): names_free, which may delete a generated name nobody
+    # relies on, then waits for this note and sees it, or this look waits
+    # for the freeing and finds no such name (see there). FOR NO KEY UPDATE
+    # leaves other writers' foreign-key checks on the name unblocked.
+    name = (
+        AgentName.objects.select_related("workspace__project")
+        .select_for_update(no_key=True, of=("self",))
+        .filter(handle=to)
+        .first()
+    )
     if name is None:
         raise RecipientNotFound(f"No agent is named {to!r}.", details={"to": to})
     return _Addressee(name=name)

@@ -2,11 +2,18 @@
 
 A session is one connection of an agent under a name in a workspace, with
 a bearer token of its own, started with a project key that it records.
+
+Generated names come from a space that cannot run out: ``adjective-animal-NN``
+while those last, then the same with 4, 6, 8... digits. A generated name that
+nobody came to rely on is freed once its sessions are over (``names_free``),
+so a client that connects again and again without a name does not use up the
+readable ones.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 import re
 import secrets
 from collections.abc import Callable
@@ -14,15 +21,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db import IntegrityError, models, transaction
+from django.db.models import Exists, Max, OuterRef, Q
 from django.utils import timezone
 
 from common import limits
 from common.pause import pause_point
 from mailbox import credentials
 from mailbox.errors import InvalidName, KeyRevoked, NameInUse, NameTaken, WorkspaceNotFound
-from mailbox.models import AgentName, Note, ProjectKey, Session, Workspace
+from mailbox.models import AgentName, McpSession, Note, ProjectKey, Session, Workspace
 from mailbox.services.audit import audit_record
 from mailbox.services.notes import notes_unbind
 
@@ -43,14 +50,26 @@ _ANIMALS = (  # noqa: SIM905 - a word list reads better as prose
 ).split()
 
 
-def _generated_handle() -> str:
-    """A readable name; never a reserved one, which no session may hold."""
-    while True:
-        handle = (
-            f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_ANIMALS)}-{secrets.randbelow(90) + 10}"
-        )
+# Digits of a generated name's number: two (swift-otter-42; 178,020 names in
+# all) while free ones are drawn, then four, six... Each width is tried only
+# when every draw of the one before was taken, and holds a hundred times
+# more, so generation does not run out: the widest (47 characters with the
+# longest words, within a handle's 64) would take some 10^33 names in use.
+_NUMBER_WIDTHS = range(2, 33, 2)
+_DRAWS_PER_WIDTH = 8
+
+
+def _generated_handles(width: int) -> list[str]:
+    """Readable names with a ``width``-digit number, in draw order, without repeats;
+    never a reserved one, which no session may hold."""
+    low = 10 ** (width - 1)
+    handles: dict[str, None] = {}
+    for _ in range(_DRAWS_PER_WIDTH):
+        number = low + secrets.randbelow(9 * low)
+        handle = f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_ANIMALS)}-{number}"
         if handle not in limits.RESERVED_NAMES:
-            return handle
+            handles[handle] = None
+    return list(handles)
 
 
 def handle_check(name: object, *, field: str = "name") -> str:
@@ -93,7 +112,9 @@ def session_start(
     connected session) and ``key_revoked`` (``project_key`` was revoked, even
     after the caller's authentication read it). Stale sessions of the name
     are ended here, so that the partial unique index on open sessions stays
-    satisfiable.
+    satisfiable. Without ``name``, generated names that are over are freed
+    first (``names_free``), then a free one is drawn; the name is disposable
+    until someone relies on it, and claiming it by name here does.
 
     Locks the key row, then the name row, then the name's open sessions.
     The key lock is what orders a start against ``key_revoke`` (see there):
@@ -114,14 +135,23 @@ def session_start(
         raise WorkspaceNotFound(f"No workspace {workspace_slug!r} in this project.")
     if name is not None:
         return _start_named(project_key, workspace, handle_check(name), on_started=on_started)
-    # A generated name only needs to be free; on the rare clash draw another.
-    for _ in range(20):
-        try:
-            return _start_named(
-                project_key, workspace, _generated_handle(), fresh_only=True, on_started=on_started
-            )
-        except (NameInUse, NameTaken):
-            continue
+    # Names that are over make room before one is drawn: the short form
+    # stays available however often clients connect without a name.
+    names_free()
+    for width in _NUMBER_WIDTHS:
+        drawn = _generated_handles(width)
+        # One query skips the names in use, so a crowded short form costs one
+        # look before the next width, not a failed transaction per draw.
+        taken = set(AgentName.objects.filter(handle__in=drawn).values_list("handle", flat=True))
+        for handle in drawn:
+            if handle in taken:
+                continue
+            try:
+                return _start_named(
+                    project_key, workspace, handle, fresh_only=True, on_started=on_started
+                )
+            except (NameInUse, NameTaken):
+                continue  # a concurrent start took it since the look
     raise NameInUse("Could not generate a free name; pass one explicitly.")
 
 
@@ -168,11 +198,15 @@ def _try_start_named(
     with transaction.atomic(durable=True):
         now = timezone.now()  # read inside: BEGIN IMMEDIATE may have waited
         _lock_active_key(project_key)
-        agent_name, created = _claim_name(workspace, handle)
+        agent_name, created = _claim_name(workspace, handle, disposable=fresh_only)
         if not created and fresh_only:
             raise NameTaken()
         if agent_name.workspace_id != workspace.pk:
             raise NameTaken(f"The name {handle!r} is bound to another workspace.")
+        if agent_name.disposable and not fresh_only:
+            # Claimed by name: someone relies on it now, so it is never freed.
+            AgentName.objects.filter(pk=agent_name.pk).update(disposable=False)
+            agent_name.disposable = False
         open_sessions = list(
             Session.objects.select_for_update().filter(name=agent_name, ended_at__isnull=True)
         )
@@ -218,12 +252,15 @@ def _lock_active_key(project_key: ProjectKey) -> None:
         raise KeyRevoked()
 
 
-def _claim_name(workspace: Workspace, handle: str) -> tuple[AgentName, bool]:
+def _claim_name(workspace: Workspace, handle: str, *, disposable: bool) -> tuple[AgentName, bool]:
+    # The lock also orders a claim against names_free: a name being freed is
+    # waited for, and then found gone (and created afresh) or still there.
     existing = AgentName.objects.select_for_update().filter(handle=handle).first()
     if existing is not None:
         return existing, False
     with transaction.atomic():
-        return AgentName.objects.create(handle=handle, workspace=workspace), True
+        name = AgentName.objects.create(handle=handle, workspace=workspace, disposable=disposable)
+        return name, True
 
 
 def session_end(session: Session, *, actor: str = "") -> Session:
@@ -244,6 +281,9 @@ def session_end(session: Session, *, actor: str = "") -> Session:
                     project=session.workspace.project,
                     target=f"session {session.public_id} of {session.name.handle}",
                 )
+                # The audit trail names it now: a reader must never find that
+                # handle on someone else, so it is kept like a chosen name.
+                AgentName.objects.filter(pk=session.name_id).update(disposable=False)
         session.refresh_from_db(fields=["ended_at", "end_reason"])
     return session
 
@@ -275,3 +315,126 @@ def session_touch(session: Session, *, now: datetime | None = None) -> None:
         return
     Session.objects.filter(pk=session.pk, last_seen_at__lte=threshold).update(last_seen_at=now)
     session.last_seen_at = now
+
+
+# --- freeing generated names ----------------------------------------------------------
+
+# A name is freed only once every session of it has been quiet this long
+# (PLUMB_SESSION_TTL, if longer): no request authenticates as an expired
+# session, and one that began before its session ended has finished by then
+# (a long-poll waits 30 s at most).
+_QUIET_MIN_SECONDS = 60
+# How many names one generated start frees at most: more than it takes, so
+# the backlog a burst of connections leaves shrinks with every start.
+NAMES_FREED_PER_START = 20
+
+
+def names_free(*, now: datetime | None = None, limit: int = NAMES_FREED_PER_START) -> int:
+    """Free disposable names whose sessions are over and that nothing refers to.
+
+    A disposable name (generated; never claimed by name nor named by an
+    operator's audit record) is freed once none of its sessions has been
+    seen or ended for ``PLUMB_SESSION_TTL`` (a minute at least), and no row
+    refers to it or to its sessions: no note sent, received or delivered, no
+    thread, room, membership, event, message or mention. Its row goes with
+    its sessions and their MCP session ids (which then answer
+    ``invalid_token``, as unknown ones do), and the generator may draw the
+    handle again. A name found holding history stays, and stops being
+    disposable. Returns how many names were freed; raises no domain error.
+
+    It runs before each generated name is drawn, which is when free names
+    are needed; plumb has no background sweeper. Waiting for the sessions
+    to be quiet, rather than freeing as one ends, lets the requests they had
+    begun finish first: a session's own requests (a long-poll taking a
+    "next" note into a thread, a join) do not lock its name.
+
+    Locks the candidate names (in id order, so two runs cannot deadlock),
+    then looks for references in a new statement. Whoever refers to a
+    name that is not its own locks the name row first: a note's recipient
+    (``note_leave``), a start under the name (``_claim_name``). On PostgreSQL
+    such a writer that holds the lock commits first, and the look, a later
+    statement under READ COMMITTED, sees its row and keeps the name; one that
+    waits for the lock then finds the name gone (``recipient_not_found``, or
+    a new name row for the start). On SQLite the two transactions run one
+    after the other, to the same end. A reference that slipped past all this
+    would fail its own commit on the foreign key; it could never pass to the
+    name's next holder.
+    """
+    now = now or timezone.now()
+    quiet_since = now - timedelta(seconds=max(settings.PLUMB_SESSION_TTL, _QUIET_MIN_SECONDS))
+    candidates = list(_quiet_names(quiet_since).values_list("pk", flat=True)[:limit])
+    if not candidates:
+        return 0  # the usual case costs this one read, and no write
+    with transaction.atomic(durable=True):
+        locked = list(
+            AgentName.objects.select_for_update()
+            .filter(pk__in=candidates)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        looked = list(
+            _quiet_names(quiet_since)
+            .filter(pk__in=locked)
+            .annotate(held=_holds_history())
+            .values_list("pk", "held")
+        )
+        held = [pk for pk, holds in looked if holds]
+        free = [pk for pk, holds in looked if not holds]
+        if held:
+            # For good: history is never deleted, so there is no need to look again.
+            AgentName.objects.filter(pk__in=held).update(disposable=False)
+        pause_point("names.checked")
+        if free:
+            # Its sessions and their MCP session ids go with it (CASCADE); the
+            # look above found nothing else that the deletion would touch.
+            AgentName.objects.filter(pk__in=free).delete()
+    return len(free)
+
+
+def _quiet_names(quiet_since: datetime) -> models.QuerySet[AgentName]:
+    """Disposable names none of whose sessions was seen or ended since ``quiet_since``.
+
+    An open session last seen before then has expired (``quiet_since`` is at
+    least ``PLUMB_SESSION_TTL`` ago), so it counts as over too.
+    """
+    recent = Session.objects.filter(name=OuterRef("pk")).filter(
+        Q(last_seen_at__gte=quiet_since) | Q(ended_at__gte=quiet_since)
+    )
+    return AgentName.objects.filter(disposable=True).exclude(Exists(recent))
+
+
+# A name's own sessions, and their MCP session ids, go with it: they are not history.
+_OWN_ROWS = (Session, McpSession)
+
+
+def _holds_history() -> Q:
+    """Whether any row refers to the outer name, or to one of its sessions,
+    besides its own sessions and their MCP session ids.
+
+    Read from the model graph rather than listed, because ``mailbox`` may
+    not import ``rooms`` (memberships, events, messages, mentions, rooms
+    created) and because a table added later must count without anyone
+    remembering this rule. Every such foreign key is indexed, so each test
+    is an index probe.
+    """
+    tests = [
+        Exists(model._base_manager.filter(**{field: OuterRef("pk")}))
+        for model, field in _references_to(AgentName)
+    ] + [
+        Exists(model._base_manager.filter(**{f"{field}__name": OuterRef("pk")}))
+        for model, field in _references_to(Session)
+    ]
+    return functools.reduce(operator.or_, tests)
+
+
+def _references_to(target: type[models.Model]) -> list[tuple[type[models.Model], str]]:
+    """(model, field) for every foreign key to ``target``, bar those of the name's own rows;
+    the relations a deletion of ``target`` rows would follow."""
+    return [
+        (relation.related_model, relation.field.name)
+        for relation in target._meta.get_fields(include_hidden=True)
+        if relation.auto_created
+        and not relation.concrete
+        and (relation.one_to_many or relation.one_to_one)
+        and relation.related_model not in _OWN_ROWS
+    ]

@@ -7,11 +7,16 @@ against what both committed.
 
 from __future__ import annotations
 
+from datetime import timedelta
+from types import SimpleNamespace
+
 import pytest
+from django.conf import settings
+from django.utils import timezone
 
 from mailbox import services
-from mailbox.errors import ConversationExhausted, KeyRevoked
-from mailbox.models import Note, ProjectKey, Session
+from mailbox.errors import ConversationExhausted, KeyRevoked, RecipientNotFound
+from mailbox.models import AgentName, Note, ProjectKey, Session
 from tests.conftest import assert_error, client_for
 from tests.factories import ProjectKeyFactory, SessionFactory, WorkspaceFactory
 from tests.races import race
@@ -134,3 +139,88 @@ def test_a_session_start_that_waited_for_a_revocation_is_refused(workspace):
     assert (refused.value.status, refused.value.code) == (401, "key_revoked")
     assert not Session.objects.filter(ended_at__isnull=True).exists()
     assert not Session.objects.exists()
+
+
+# --- freeing generated names --------------------------------------------------------
+
+
+def _generated_and_over(workspace) -> str:
+    """A generated name whose session expired long ago: names_free would free it."""
+    key = ProjectKeyFactory(project=workspace.project)
+    session = services.session_start(key, workspace_slug=workspace.slug).session
+    past = timezone.now() - timedelta(seconds=settings.PLUMB_SESSION_TTL + 1)
+    Session.objects.filter(pk=session.pk).update(last_seen_at=past)
+    return session.name.handle
+
+
+def test_a_note_to_a_name_being_freed_waits_and_is_refused(workspace):
+    alice = SessionFactory(workspace=workspace, name="alice")
+    handle = _generated_and_over(workspace)
+    first, second, state = race(
+        "names.checked",
+        services.names_free,
+        lambda: services.note_leave(alice, body="still there?", to=handle),
+    )
+    assert first.outcome() == 1
+    # The note waited for the freeing that held the name, then found no such name:
+    # refused up front, nothing stored, nothing bound to a name that is gone.
+    assert state == "blocked"
+    with pytest.raises(RecipientNotFound):
+        second.outcome()
+    assert not AgentName.objects.filter(handle=handle).exists()
+    assert not Note.objects.exists()
+
+
+def test_a_name_that_gets_a_note_while_it_is_being_freed_is_kept(workspace):
+    alice = SessionFactory(workspace=workspace, name="alice")
+    handle = _generated_and_over(workspace)
+    first, second, state = race(
+        "note.stored",
+        lambda: services.note_leave(alice, body="still there?", to=handle),
+        services.names_free,
+    )
+    left = first.outcome()
+    # The freeing waited for the note that held the name, then saw it.
+    assert second.outcome() == 0
+    assert state == "blocked"
+    name = AgentName.objects.get(handle=handle)
+    assert not name.disposable
+    assert Note.objects.get(pk=left.note.pk).recipient == name
+
+
+def test_a_start_under_a_name_being_freed_waits_and_claims_it_afresh(workspace):
+    handle = _generated_and_over(workspace)
+    old = AgentName.objects.get(handle=handle)
+    key = ProjectKeyFactory(project=workspace.project)
+    first, second, state = race(
+        "names.checked",
+        services.names_free,
+        lambda: services.session_start(key, workspace_slug="races", name=handle),
+    )
+    assert first.outcome() == 1
+    started = second.outcome()
+    assert state == "blocked"
+    # A new row: nothing of the old holder's (its sessions) came along.
+    name = AgentName.objects.get(handle=handle)
+    assert name.pk != old.pk
+    assert not name.disposable  # claimed by name
+    assert list(Session.objects.values_list("pk", flat=True)) == [started.session.pk]
+
+
+def test_two_generated_starts_at_once_never_get_the_same_name(workspace, monkeypatch):
+    # Every draw is the same: both starts want amber-badger-10.
+    fixed = SimpleNamespace(choice=lambda words: words[0], randbelow=lambda _: 0)
+    monkeypatch.setattr("mailbox.services.sessions.secrets", fixed)
+    # Two keys, so that the second start does not queue behind the first's key lock.
+    one = ProjectKeyFactory(project=workspace.project)
+    two = ProjectKeyFactory(project=workspace.project)
+    first, second, state = race(
+        "session.started",
+        lambda: services.session_start(one, workspace_slug="races"),
+        lambda: services.session_start(two, workspace_slug="races"),
+    )
+    a, b = first.outcome().session, second.outcome().session
+    # The second waited for the first's uncommitted name, then drew a longer one.
+    assert state == "blocked"
+    assert (a.name.handle, b.name.handle) == ("amber-badger-10", "amber-badger-1000")
+    assert AgentName.objects.count() == 2

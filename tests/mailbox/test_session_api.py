@@ -1,5 +1,6 @@
 """POST /api/v1/sessions/, GET and DELETE /api/v1/sessions/current/ (SPEC §3.1)."""
 
+import itertools
 import re
 from datetime import timedelta
 from types import SimpleNamespace
@@ -79,9 +80,9 @@ def test_the_reserved_name_next_cannot_be_claimed(key_client, workspace):
 
 
 def test_a_generated_name_is_never_a_reserved_one(key_client, workspace, monkeypatch):
-    # The generator's draws, fixed: first "amber-badger-10", then "amber-badger-42";
-    # the first is made reserved, so it must be drawn again.
-    numbers = iter([0, 32])
+    # The generator's draws, fixed: first "amber-badger-10", then "amber-badger-42"
+    # ever after; the first is made reserved, so it must be passed over.
+    numbers = itertools.chain([0], itertools.repeat(32))
     fixed = SimpleNamespace(choice=lambda words: words[0], randbelow=lambda _: next(numbers))
     monkeypatch.setattr("mailbox.services.sessions.secrets", fixed)
     monkeypatch.setattr("common.limits.RESERVED_NAMES", frozenset({"next", "amber-badger-10"}))

@@ -16,10 +16,11 @@ from django.test import Client
 from django.utils import timezone
 
 from mailbox import credentials
-from mailbox.models import McpSession, Session
+from mailbox.models import AgentName, McpSession, Session
 from mailbox.services import session_end
 from rooms.models import Room
 from tests.factories import ProjectKeyFactory, SessionFactory, WorkspaceFactory
+from tests.live import no_rate_limits
 
 pytestmark = pytest.mark.django_db
 
@@ -183,6 +184,30 @@ def test_an_expired_session_id_answers_404_session_expired(opened, settings):
     assert response.status_code == 404
     assert refusal(response)["code"] == "session_expired"
     assert Session.objects.get().last_seen_at == stale
+
+
+def test_initializing_again_and_again_without_a_name_does_not_use_up_names(key_headers, settings):
+    """Each initialize without Plumb-Name takes a generated name; once its session
+    has expired, the next initialize frees it, so the names in use stay few
+    however long a client keeps reconnecting."""
+    no_rate_limits(settings)
+    ids = []
+    for _ in range(12):
+        response = post("initialize", key_headers, {"protocolVersion": HANDSHAKE})
+        assert response.status_code == 200
+        ids.append(response["Mcp-Session-Id"])
+        assert AgentName.objects.count() == 1
+        # The client goes away without a word; its session expires.
+        stale = timezone.now() - timedelta(seconds=settings.PLUMB_SESSION_TTL + 1)
+        Session.objects.update(last_seen_at=stale)
+
+    assert len(set(ids)) == 12
+    assert Session.objects.count() == McpSession.objects.count() == 1
+    # A freed session's id is unknown now: 404, and the client initializes again.
+    headers = {**key_headers, "Mcp-Session-Id": ids[0], "MCP-Protocol-Version": HANDSHAKE}
+    response = post("tools/list", headers)
+    assert response.status_code == 404
+    assert refusal(response)["code"] == "invalid_token"
 
 
 def test_a_named_connection_ignores_a_session_id(opened, key_headers):
