@@ -75,6 +75,19 @@ def error_response(status: int, code: str, message: str, details: dict | None = 
     return JsonResponse(error_body(code, message, details), status=status)
 
 
+def plain_error_response(exc: Exception) -> JsonResponse:
+    """What ``exception_handler`` answers for ``exc``, as a plain Django response.
+
+    For views outside DRF that raise through the same rules (``/metrics``).
+    """
+    answer = exception_handler(exc, {"view": None})
+    response = JsonResponse(answer.data, status=answer.status_code)
+    for header in ("Retry-After", "WWW-Authenticate"):
+        if answer.has_header(header):
+            response[header] = answer[header]
+    return response
+
+
 # DRF exception class -> (stable code, message). Checked in order (subclasses first).
 _DRF_CODES: list[tuple[type[drf.APIException], str, str | None]] = [
     (drf.NotAuthenticated, "not_authenticated", "Authentication credentials were not provided."),

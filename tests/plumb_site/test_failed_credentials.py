@@ -1,8 +1,8 @@
 """Failed credentials are throttled per client address (SPEC §2, ``PLUMB_RATE_AUTH_FAIL``).
 
 A credential that matches nothing counts against the address that sent it,
-at every door that checks one: REST session tokens, project keys and the
-MCP endpoint. Past the rate (``20/m`` by
+at every door that checks one: REST session tokens, project keys, the MCP
+endpoint and ``/metrics``. Past the rate (``20/m`` by
 default) every credential from that address, a valid one too, is refused
 with ``429 throttled`` and ``Retry-After`` before it is looked up. Revoked,
 ended and expired credentials, credentials of the wrong kind and requests
@@ -343,3 +343,31 @@ def test_an_unknown_mcp_session_id_is_not_counted(project_key):
         mcp_refusal(response, 404, "invalid_token")
 
     assert mcp({**headers, "Plumb-Name": "alice"}).status_code == 200
+
+
+# --- /metrics ---------------------------------------------------------------------------------
+
+METRICS_TOKEN = "metrics-token-0123456789"
+
+
+def test_wrong_metrics_tokens_count_and_then_the_right_one_is_refused(settings):
+    settings.PLUMB_METRICS_TOKEN = METRICS_TOKEN
+    for _ in range(RATE):
+        response = Client().get("/metrics", headers={"Authorization": "Bearer wrong-token"})
+        assert_error(response, 401, "invalid_token")
+
+    response = Client().get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+
+    assert assert_throttled(response) == 60
+    other = Client().get(
+        "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, REMOTE_ADDR="192.0.2.1"
+    )
+    assert other.status_code == 200
+
+
+def test_a_metrics_scrape_without_a_token_is_not_counted(settings, agent_session):
+    settings.PLUMB_METRICS_TOKEN = METRICS_TOKEN
+    for _ in range(RATE + 5):
+        assert_error(Client().get("/metrics"), 401, "not_authenticated")
+
+    assert get(CURRENT, agent_session.raw_token).status_code == 200
