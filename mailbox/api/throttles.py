@@ -68,7 +68,7 @@ class AuthFailureThrottle(SimpleRateThrottle):
     an address that has reached the rate (a valid one too, or a guesser would
     learn which guess was right from a 200 among 429s), ``record`` counts one
     that matched nothing. Every door calls both: the REST and MCP bearer
-    authentication (``mailbox.api.auth``) and ``/metrics``.
+    authentication (``mailbox.api.auth``), ``/metrics`` and the admin's login.
     The window slides as DRF's does, and ``Retry-After`` is DRF's ``wait()``:
     until the oldest failure that keeps the address at the rate leaves it.
     """

@@ -2,7 +2,7 @@
 
 A credential that matches nothing counts against the address that sent it,
 at every door that checks one: REST session tokens, project keys, the MCP
-endpoint and ``/metrics``. Past the rate (``20/m`` by
+endpoint, ``/metrics`` and the admin's login. Past the rate (``20/m`` by
 default) every credential from that address, a valid one too, is refused
 with ``429 throttled`` and ``Retry-After`` before it is looked up. Revoked,
 ended and expired credentials, credentials of the wrong kind and requests
@@ -371,3 +371,57 @@ def test_a_metrics_scrape_without_a_token_is_not_counted(settings, agent_session
         assert_error(Client().get("/metrics"), 401, "not_authenticated")
 
     assert get(CURRENT, agent_session.raw_token).status_code == 200
+
+
+# --- the admin's login ------------------------------------------------------------------------
+
+LOGIN = "/admin/login/"
+
+
+@pytest.fixture
+def staff(settings, django_user_model):
+    # Twenty sign-ins with the production hasher take seconds; what is tested is the count.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    return django_user_model.objects.create_user(
+        "operator", password="right-password", is_staff=True
+    )
+
+
+def sign_in(client: Client, password: str, username: str = "operator", address: str = "127.0.0.1"):
+    data = {"username": username, "password": password, "next": "/admin/"}
+    return client.post(LOGIN, data, REMOTE_ADDR=address)
+
+
+def test_twenty_wrong_passwords_and_then_no_sign_in_at_all(staff):
+    client = Client()
+    for _ in range(RATE):
+        response = sign_in(client, "wrong-password")
+        assert response.status_code == 200
+        assert "_auth_user_id" not in client.session
+
+    response = sign_in(client, "right-password")
+
+    assert response.status_code == 429
+    assert response["Retry-After"] == "60"
+    assert response["Content-Type"].startswith("text/html")
+    assert b"Too many failed sign-ins from your address: try again in 60 s." in response.content
+    assert "_auth_user_id" not in client.session
+    # Another address signs in as usual.
+    assert sign_in(Client(), "right-password", address="192.0.2.1").status_code == 302
+
+
+def test_admin_failures_and_api_failures_share_the_count(staff):
+    fail(RATE - 1)
+    assert sign_in(Client(), "wrong-password").status_code == 200
+
+    assert_throttled(get(CURRENT, unknown()))
+    assert sign_in(Client(), "right-password").status_code == 429
+
+
+def test_an_empty_login_form_is_not_counted_and_a_good_sign_in_works(staff):
+    client = Client()
+    for _ in range(RATE + 5):
+        assert client.post(LOGIN, {"username": "operator"}).status_code == 200
+
+    assert sign_in(client, "right-password").status_code == 302
+    assert client.session["_auth_user_id"] == str(staff.pk)
