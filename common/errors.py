@@ -75,6 +75,24 @@ def error_response(status: int, code: str, message: str, details: dict | None = 
     return JsonResponse(error_body(code, message, details), status=status)
 
 
+def plain_error_response(exc: Exception) -> JsonResponse:
+    """What ``exception_handler`` answers for ``exc``, as a plain Django response.
+
+    For views outside DRF that raise through the same rules (``/metrics``).
+    """
+    answer = exception_handler(exc, {"view": None})
+    response = JsonResponse(answer.data, status=answer.status_code)
+    for header in ("Retry-After", "WWW-Authenticate"):
+        if answer.has_header(header):
+            response[header] = answer[header]
+    return response
+
+
+def retry_after(wait: float) -> int:
+    """Whole seconds for ``Retry-After``, rounded up and never 0 (a client would retry at once)."""
+    return max(1, int(wait + 0.999))
+
+
 # DRF exception class -> (stable code, message). Checked in order (subclasses first).
 _DRF_CODES: list[tuple[type[drf.APIException], str, str | None]] = [
     (drf.NotAuthenticated, "not_authenticated", "Authentication credentials were not provided."),
@@ -134,7 +152,7 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         if getattr(exc, "auth_header", None):
             headers["WWW-Authenticate"] = exc.auth_header
         if getattr(exc, "wait", None) is not None:
-            headers["Retry-After"] = str(max(1, int(exc.wait + 0.999)))
+            headers["Retry-After"] = str(retry_after(exc.wait))
         details: dict[str, Any] = {}
         code, message = None, None
         for cls, mapped, default_message in _DRF_CODES:

@@ -12,6 +12,12 @@ draws: the bars of an inline SVG chart (drawn on the server: no script, no
 file to fetch) and links only where the user may follow them. Moderators
 see every figure, but no link to projects or sessions, which they may not
 open.
+
+The login is Django's, with failed sign-ins counted per client address like
+the API's failed credentials (``PLUMB_RATE_AUTH_FAIL``, see
+``mailbox.api.throttles.AuthFailureThrottle``): past the rate the page
+refuses every sign-in from that address with ``429`` and ``Retry-After``,
+before any password is checked.
 """
 
 from __future__ import annotations
@@ -22,10 +28,15 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from rest_framework.exceptions import Throttled
 
+from common.errors import retry_after
+from mailbox.api.throttles import AuthFailureThrottle
 from rooms.activity import Activity, ProjectActivity, activity_by_project
 
 # The chart, in SVG user units (CSS pixels at the size it is drawn).
@@ -58,7 +69,49 @@ class Chart:
     label: str
 
 
+class ThrottledLoginForm(AdminAuthenticationForm):
+    """The admin's login form; a wrong username or password counts against the address."""
+
+    throttled: Throttled | None = None
+
+    def clean(self) -> dict[str, Any]:
+        failures = AuthFailureThrottle()
+        try:
+            # Before authenticate(): a refused address gets no answer about
+            # its password, and costs no password hashing.
+            failures.check(self.request)
+        except Throttled as refusal:
+            self.throttled = refusal
+            raise ValidationError(
+                "Too many failed sign-ins from your address: try again in %(seconds)s s.",
+                code="throttled",
+                params={"seconds": retry_after(refusal.wait)},
+            ) from None
+        try:
+            return super().clean()
+        except ValidationError as error:
+            # Only a username and password that were sent and did not match
+            # a staff account: an empty field is no guess.
+            if error.code == "invalid_login":
+                failures.record(self.request)
+            raise
+
+
 class PlumbAdminSite(admin.AdminSite):
+    login_form = ThrottledLoginForm
+
+    def login(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """Django's login page, answered with ``429`` and ``Retry-After`` while refused."""
+        response = super().login(request, extra_context)
+        form = (getattr(response, "context_data", None) or {}).get("form")
+        refusal = getattr(form, "throttled", None)
+        if refusal is not None:
+            response.status_code = 429
+            response["Retry-After"] = str(retry_after(refusal.wait))
+        return response
+
     def index(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> TemplateResponse:

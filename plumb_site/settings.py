@@ -258,6 +258,9 @@ PLUMB_ACTIVE_REQUESTS = env_int(
 PLUMB_SEEN_WRITE_INTERVAL = env_int("PLUMB_SEEN_WRITE_INTERVAL", 5, minimum=0)
 PLUMB_RATE_SESSION = env_rate("PLUMB_RATE_SESSION", "100/s")
 PLUMB_RATE_KEY = env_rate("PLUMB_RATE_KEY", "10/s")
+# Failed credentials per client address (REMOTE_ADDR): key guessing and token
+# spraying; see mailbox/api/throttles.py.
+PLUMB_RATE_AUTH_FAIL = env_rate("PLUMB_RATE_AUTH_FAIL", "20/m")
 # Where agents reach this server, as `plumb connect` prints it into MCP client
 # configurations; empty: http://HOST:PORT, where `make serve` listens.
 PLUMB_PUBLIC_URL = env_url("PLUMB_PUBLIC_URL")

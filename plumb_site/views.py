@@ -16,11 +16,13 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from rest_framework import serializers
+from rest_framework.exceptions import Throttled
 from rest_framework.response import Response
 
-from common.errors import error_body, error_response
+from common.errors import error_body, error_response, plain_error_response
 from common.schema import schema_fingerprint
 from mailbox.api.base import PlumbApiView
+from mailbox.api.throttles import AuthFailureThrottle
 from mailbox.selectors import notes_pending_count
 
 logger = logging.getLogger("plumb.health")
@@ -64,7 +66,8 @@ def metrics(request: HttpRequest) -> HttpResponse:
     agents' API, its OpenAPI document and its rate limits. When
     ``PLUMB_METRICS_TOKEN`` is set it must come as the bearer token;
     otherwise anyone who can reach the server may read the figures (no
-    names, no content: counts and timings).
+    names, no content: counts and timings). A wrong token counts against the
+    client's address like a wrong API credential (``PLUMB_RATE_AUTH_FAIL``).
     """
     expected = settings.PLUMB_METRICS_TOKEN
     if expected is not None:
@@ -72,7 +75,13 @@ def metrics(request: HttpRequest) -> HttpResponse:
         given = given.strip()
         if scheme.lower() != "bearer" or not given:
             return _metrics_refusal("not_authenticated", "Send the metrics token as a bearer.")
+        failures = AuthFailureThrottle()
+        try:
+            failures.check(request)
+        except Throttled as refusal:
+            return plain_error_response(refusal)
         if not hmac.compare_digest(given.encode(), expected.encode()):
+            failures.record(request)
             return _metrics_refusal("invalid_token", "This is not the metrics token.")
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     return HttpResponse(encoder(_Scrape()), content_type=content_type)

@@ -4,6 +4,15 @@ A project key may only start sessions; every other call takes a session
 token. Each failure names its reason in the error code (``invalid_token``,
 ``key_revoked``, ``session_ended``, ``session_expired``...) so a client knows
 whether to retry, start a new session, or ask its operator for a key.
+
+A credential that matches nothing (``invalid_token``) counts against the
+client's address (``PLUMB_RATE_AUTH_FAIL``, ``throttles.AuthFailureThrottle``);
+past the rate every credential from that address is refused with ``429
+throttled`` before it is looked up. Revoked, ended and expired credentials do
+not count: only the real secret reaches them, so they are no guess, and a
+revocation or a lapse that hits many agents behind one address (all of them on
+127.0.0.1 under ``make serve``) must not lock the others out. Neither does a
+credential of the wrong kind (it is not looked up), nor a request with none.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from rest_framework.request import Request
 
 from common.prepared import Prepared, concrete_attnames, instances_from_row
 from mailbox import credentials
+from mailbox.api.throttles import AuthFailureThrottle
 from mailbox.models import AgentName, Project, ProjectKey, Session, Workspace
 from mailbox.services import key_touch, session_touch
 from mailbox.services.notes import pending_exists
@@ -25,17 +35,28 @@ def _fail(code: str, message: str) -> exceptions.AuthenticationFailed:
     return exceptions.AuthenticationFailed(message, code=code)
 
 
+def _unknown(request: Request, message: str) -> exceptions.AuthenticationFailed:
+    """``invalid_token`` for a credential that matches nothing, counted against the address."""
+    AuthFailureThrottle().record(request)
+    return _fail("invalid_token", message)
+
+
 def bearer_credential(request: Request) -> credentials.ParsedCredential | None:
-    """The parsed bearer credential, ``None`` when no Authorization header was sent."""
+    """The parsed bearer credential, ``None`` when no Authorization header was sent.
+
+    Raises ``Throttled`` first when the client's address has sent too many
+    credentials that matched nothing: nothing it sends is looked up then.
+    """
     header = request.META.get("HTTP_AUTHORIZATION", "")
     if not header:
         return None
+    AuthFailureThrottle().check(request)
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
-        raise _fail("invalid_token", "Use 'Authorization: Bearer <token>'.")
+        raise _unknown(request, "Use 'Authorization: Bearer <token>'.")
     parsed = credentials.parse(value.strip())
     if parsed is None:
-        raise _fail("invalid_token", "The bearer token is not a plumb credential.")
+        raise _unknown(request, "The bearer token is not a plumb credential.")
     return parsed
 
 
@@ -122,7 +143,7 @@ class SessionTokenAuthentication(authentication.BaseAuthentication):
             )
         session = session_for_prefix(parsed.prefix)
         if session is None or not credentials.matches(parsed.raw, session.token_hash):
-            raise _fail("invalid_token", "The session token is not known.")
+            raise _unknown(request, "The session token is not known.")
         session_check_live(session)
         return session, session
 
@@ -139,7 +160,7 @@ class ProjectKeyAuthentication(authentication.BaseAuthentication):
             raise _fail("project_key_required", "Starting a session needs a project key.")
         key = ProjectKey.objects.select_related("project").filter(prefix=parsed.prefix).first()
         if key is None or not credentials.matches(parsed.raw, key.key_hash):
-            raise _fail("invalid_token", "The project key is not known.")
+            raise _unknown(request, "The project key is not known.")
         if key.revoked_at is not None:
             raise _fail("key_revoked", "This project key has been revoked.")
         key_touch(key)

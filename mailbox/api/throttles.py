@@ -1,11 +1,19 @@
-"""Rate limits per session and per project key (PLUMB_RATE_SESSION, PLUMB_RATE_KEY).
+"""Rate limits: per session and per project key (PLUMB_RATE_SESSION, PLUMB_RATE_KEY), and
+failed credentials per client address (PLUMB_RATE_AUTH_FAIL).
 
 Counters live in the default cache, which is per process: with N server
 processes a client can reach up to N times the rate. That bounds a runaway
 agent, which is the point; it is not a billing meter.
 """
 
+from __future__ import annotations
+
+import ipaddress
+import threading
+
 from django.conf import settings
+from django.http import HttpRequest
+from rest_framework import exceptions
 from rest_framework.throttling import SimpleRateThrottle
 
 from common import metrics
@@ -42,3 +50,82 @@ class ProjectKeyRateThrottle(_CredentialRateThrottle):
     scope = "project_key"
     setting_name = "PLUMB_RATE_KEY"
     credential_type = ProjectKey
+
+
+# Two failures of one address in two threads of this process would both read
+# the same history and the second write would drop the first one's entry, so
+# a guesser with parallel requests would be counted once per batch. The lock
+# makes every failure count in the process's own cache; a cache shared by
+# processes could still lose one to such a race, as DRF's throttles can.
+_record_lock = threading.Lock()
+
+
+class AuthFailureThrottle(SimpleRateThrottle):
+    """Failed credentials per client address: key guessing and token spraying.
+
+    Unlike the throttles above it counts only failures, and it is consulted
+    before a credential is looked up: ``check`` refuses every credential from
+    an address that has reached the rate (a valid one too, or a guesser would
+    learn which guess was right from a 200 among 429s), ``record`` counts one
+    that matched nothing. Every door calls both: the REST and MCP bearer
+    authentication (``mailbox.api.auth``), ``/metrics`` and the admin's login.
+    The window slides as DRF's does, and ``Retry-After`` is DRF's ``wait()``:
+    until the oldest failure that keeps the address at the rate leaves it.
+    """
+
+    scope = "auth_fail"
+
+    def get_rate(self) -> str | None:
+        return settings.PLUMB_RATE_AUTH_FAIL
+
+    def get_cache_key(self, request: HttpRequest, view: object = None) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": client_address(request)}
+
+    def check(self, request: HttpRequest) -> None:
+        """Raise ``Throttled`` (``429 throttled``) while the address is at the rate."""
+        if self.rate is None:
+            return
+        self._load(request)
+        if len(self.history) >= self.num_requests:
+            metrics.THROTTLED.labels(self.scope).inc()
+            raise exceptions.Throttled(wait=self.wait())
+
+    def record(self, request: HttpRequest) -> None:
+        """Count one failed credential against the address."""
+        if self.rate is None:
+            return
+        with _record_lock:
+            self._load(request)
+            self.history = [self.now, *self.history][: self.num_requests]
+            self.cache.set(self.key, self.history, self.duration)
+
+    def _load(self, request: HttpRequest) -> None:
+        """The address's failures within the window, newest first (DRF's bookkeeping).
+
+        At most as many as the rate allows: the newest of them decide when the
+        address may try again, and DRF's ``wait()`` has no answer for more.
+        """
+        self.key = self.get_cache_key(request)
+        self.now = self.timer()
+        recent = [m for m in self.cache.get(self.key, []) if m > self.now - self.duration]
+        self.history = recent[: self.num_requests]
+
+
+def client_address(request: HttpRequest) -> str:
+    """The address failures are counted against: ``REMOTE_ADDR``, an IPv6 client by its /64.
+
+    Never ``X-Forwarded-For``: DRF's ``get_ident`` believes that header when
+    no proxy count is configured, and a guesser would send a new one with each
+    guess. One IPv6 host usually holds a whole /64, so its addresses count as
+    one; an IPv4-mapped IPv6 address counts as the IPv4 address it maps.
+    """
+    raw = request.META.get("REMOTE_ADDR") or ""
+    try:
+        address = ipaddress.ip_address(raw)
+    except ValueError:
+        return raw
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
