@@ -388,12 +388,13 @@ def test_resolution_hands_each_character_to_the_text_rules_a_bounded_number_of_t
 
 
 def test_each_token_costs_the_same_in_a_room_of_a_thousand_members() -> None:
-    body = "@nobody " * (limits.BODY_MAX_BYTES // 8)
+    body = "@z " * (limits.BODY_MAX_BYTES // 3)
     few = [Member(handle=f"agent-{n}", display_name="") for n in range(10)]
     many = [Member(handle=f"agent-{n}", display_name="") for n in range(1000)]
     resolve_mentions(body, many)  # builds the confusables table once
 
-    # The longest look-alike is measured once per body, not once per token.
-    assert best_time(lambda: resolve_mentions(body, many)) < 1.5 * best_time(
-        lambda: resolve_mentions(body, few)
+    # The longest look-alike is measured once per body, not once per token: 0.9-1.2x the
+    # time of a room of ten here, 3.2-4.8x when it was measured per token.
+    assert best_time(lambda: resolve_mentions(body, many), runs=5) < 2 * best_time(
+        lambda: resolve_mentions(body, few), runs=5
     )
