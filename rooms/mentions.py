@@ -163,6 +163,11 @@ def resolve_mentions_full(body: str, members: Iterable[Member]) -> MentionResult
             by_handle[normalized] = member
             by_skeleton[_skeleton(normalized)].append(member)
 
+    # A skeleton is never shorter than its text (NFD and prototypes only add characters), so
+    # a reading longer than every skeleton is dismissed before its own is computed. Measured
+    # once, not per token: a body holds thousands of tokens and a room may hold as many members.
+    longest_skeleton = max(map(len, by_skeleton), default=0)
+
     mentions: dict[str, Member] = {}
     unresolved: dict[str, None] = {}
     warnings: dict[tuple[str, str, str], None] = {}
@@ -175,7 +180,7 @@ def resolve_mentions_full(body: str, members: Iterable[Member]) -> MentionResult
             if INVISIBLE.search(typed):
                 warnings[(at_sign + typed, member.handle, "invisible_characters")] = None
             continue
-        lookalike = _resolve_confusable(candidates, by_skeleton)
+        lookalike = _resolve_confusable(candidates, by_skeleton, longest_skeleton)
         if lookalike is None:
             unresolved[at_sign + candidates[-1]] = None
             continue
@@ -224,14 +229,11 @@ def _resolve_exact(
 
 
 def _resolve_confusable(
-    candidates: list[str], by_skeleton: dict[str, list[Member]]
+    candidates: list[str], by_skeleton: dict[str, list[Member]], longest_skeleton: int
 ) -> tuple[str, list[Member]] | None:
-    # A skeleton is never shorter than its text (NFD and prototypes only add characters), so
-    # a long token is dismissed before its skeleton is computed.
-    longest = max(map(len, by_skeleton), default=0)
     for candidate in candidates:
         normalized = normalize_handle(candidate)
-        if len(normalized) > longest:
+        if len(normalized) > longest_skeleton:
             continue
         lookalikes = by_skeleton.get(_skeleton(normalized))
         if lookalikes:

@@ -59,6 +59,32 @@ def current_member(room: Room, name_id: int) -> Member:
     return member
 
 
+# Kinds of event that never change who is in a room or a member's display name.
+# Every other kind (join, leave, moderation, and any kind added later) may.
+_MEMBERS_UNCHANGED_BY = (Event.Kind.MESSAGE, Event.Kind.REVIEW)
+
+
+def members_changed_since(room: Room, seq: int) -> bool:
+    """Whether the room's current members may have changed after its event ``seq``.
+
+    The caller holds the room row lock. Joining, leaving, a removal (by an
+    operator or a revoked opt-in) and a new display name each append their
+    event in the transaction that changes the member row, under this lock; so
+    with the lock held every such change is either committed, and its event
+    is after ``seq``, or not yet begun. On PostgreSQL this query is a statement
+    run after the lock was granted, so READ COMMITTED shows it every change
+    committed before. Mutes and hidden messages count as changes too: a false
+    alarm costs the caller some work, never a wrong answer.
+    """
+    if room.head_seq == seq:
+        return False
+    return (
+        Event.objects.filter(room=room, seq__gt=seq)
+        .exclude(kind__in=_MEMBERS_UNCHANGED_BY)
+        .exists()
+    )
+
+
 # Every event goes through these; their SQL is built once per process
 # (common.prepared). Rooms have no signal receivers.
 _set_head_seq = PreparedUpdate(Room, ["head_seq"])

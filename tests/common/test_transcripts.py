@@ -3,13 +3,17 @@ names and bodies cannot hide characters from the staff who read them."""
 
 from __future__ import annotations
 
+import random
+import sys
+import unicodedata
 from html.parser import HTMLParser
 
 import pytest
 
-from common import markdown, transcripts
+from common import limits, markdown, text, transcripts
 from common.markdown import render_markdown, show_bidi, visible_html
 from common.transcripts import Entry
+from tests.speed import best_time, characters_through
 
 HOSTILE = [
     "<script>alert(1)</script>",
@@ -212,3 +216,135 @@ def test_the_cleaner_alone_stops_raw_html_too():
     assert elements[1][1] == {"class": "mention"}
     assert elements[2][1] == {"rel": "nofollow noopener"}
     assert "alert(4)" not in cleaned
+
+
+# --- speed (issue #15) ------------------------------------------------------------------
+# A transcript page renders up to 200 bodies of up to 16 KB. Each shape is made to be slow
+# for one of plumb's own passes over a body (finding mentions, normalising and showing
+# handles, writing out invisible and bidi characters), given the handles the send
+# resolved; its generator makes a body of about ``size`` bytes.
+CRAFTED = {
+    "issue_15_dots": (lambda size: "@agent-1 @x" + "." * (size - 11), ["agent-1", "x"]),
+    "handle_characters_then_dots": (
+        lambda size: "@" + "a" * (size // 2) + "." * (size // 2 - 1),
+        ["a", "b"],
+    ),
+    "handle_characters": (lambda size: "@" + "a" * (size - 1), ["a"]),
+    "invisible_characters": (lambda size: "@x" + "\u200b" * (size // 3 - 1), ["x"]),
+    "invisible_between_dots": (lambda size: "@x" + ".\u200b" * (size // 4 - 1), ["x"]),
+    "bidi_controls": (lambda size: "a\u202e" * (size // 4), []),
+}
+# Shapes where, once plumb's own passes are linear, markdown-it-py does most of the work:
+# linear too, but up to 20-40 us a character, so above 50 ms for 16 KB; only their count of
+# characters is checked. Dashes, underscores and at signs stop its text rule at every
+# character; brackets and emphasis open delimiters it must try to match. (Trailing dashes
+# and underscores were quadratic in the renderer's own mention pass too.) Their times are
+# not compared across sizes: on a shared machine the best of several runs still varied by
+# nearly 2x, and a ratio test must not flake.
+MARKDOWN_HEAVY = {
+    "trailing_dashes": (lambda size: "@x" + "-" * (size - 2), ["x"]),
+    "trailing_underscores": (lambda size: "@x" + "_" * (size - 2), ["x"]),
+    "trailing_dots_and_dashes": (lambda size: "@x" + ".-" * (size // 2 - 1), ["x", "x."]),
+    "many_mentions": (lambda size: "@x. " * (size // 4), ["x"]),
+    "addresses": (lambda size: "@x.@" * (size // 4), ["x"]),
+    "at_signs": (lambda size: "@" * size, ["x"]),
+    "nested_emphasis": (lambda size: "*a " * (size // 3), ["x"]),
+    "emphasis_around_mentions": (lambda size: "*@x " * (size // 4), ["x"]),
+    "open_brackets": (lambda size: "[" * size, ["x"]),
+    "unclosed_links": (lambda size: "[a](" * (size // 4), ["x"]),
+}
+
+
+def _render(body: str, handles: list[str]) -> object:
+    return render_markdown(body, mentions=handles)
+
+
+@pytest.mark.parametrize("shape", CRAFTED)
+def test_a_crafted_16_kb_body_renders_in_under_50_ms(shape):
+    make, handles = CRAFTED[shape]
+    body = make(limits.BODY_MAX_BYTES)
+    assert len(body.encode()) <= limits.BODY_MAX_BYTES
+
+    assert best_time(lambda: _render(body, handles)) < 0.050
+
+
+@pytest.mark.parametrize("shape", [*CRAFTED, *MARKDOWN_HEAVY])
+def test_rendering_hands_each_character_to_the_text_rules_a_bounded_number_of_times(
+    shape, monkeypatch
+):
+    """Counted, not timed: twice the body costs at most twice the characters."""
+    make, handles = {**CRAFTED, **MARKDOWN_HEAVY}[shape]
+    rules = [(markdown, "normalize_handle"), (markdown, "visible"), (markdown, "show_bidi")]
+
+    def work(size: int) -> int:
+        return characters_through(monkeypatch, rules, lambda: _render(make(size), handles))
+
+    half, full = work(limits.BODY_MAX_BYTES // 2), work(limits.BODY_MAX_BYTES)
+    assert full <= 2 * half + 100
+    assert full <= 2 * limits.BODY_MAX_BYTES
+
+
+# The helpers that show and compare names, and write out bidi controls in bodies, given 16 KB.
+# (visible_html, which marks each hidden character of a display name, at most 64 characters,
+# takes 2-4 us a character: linear, but not meant for bodies.)
+TEXTS = {
+    "invisible_characters": "\u200b" * (limits.BODY_MAX_BYTES // 3),
+    "bidi_controls": "\u202e" * (limits.BODY_MAX_BYTES // 3),
+    "control_characters": "\x07" * limits.BODY_MAX_BYTES,
+    "mixed": "B\u200b<\u202e&" * (limits.BODY_MAX_BYTES // 9),
+}
+
+
+@pytest.mark.parametrize("shape", TEXTS)
+@pytest.mark.parametrize(
+    "helper",
+    [text.normalize_handle, text.visible, show_bidi],
+    ids=lambda f: f.__name__,
+)
+def test_the_text_helpers_take_a_crafted_16_kb_text_in_under_50_ms(helper, shape):
+    assert best_time(lambda: helper(TEXTS[shape])) < 0.050
+
+
+def _mention_end_by_every_prefix(token: str, handles: set[str]) -> int:
+    """What ``_mention_end`` answers, by its definition: every prefix tried, longest first."""
+    end = len(token)
+    while end > 0:
+        if text.normalize_handle(token[:end]) in handles:
+            return end
+        if token[end - 1] not in "._-":
+            return 0
+        end -= 1
+    return 0
+
+
+def test_mention_ends_agree_with_trying_every_prefix():
+    # Letters that fold or compose (fullwidth, combining, Hangul jamo, sigma, ligatures),
+    # invisible characters and punctuation, ASCII and compatibility forms.
+    alphabet = "abB\uff42\u0301e\u00e9\u00df\ufb01\u03a3\u1100\u1161\u200b\u00ad..._-\uff0e"
+    handles = {"b", "b.", "b..", "bb-", "ss", "fi", "\u00e9", "b_", "a.b", "\uac00", "\u03c3."}
+    rng = random.Random(15)
+    for _ in range(5000):
+        token = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+        assert markdown._mention_end(token, handles) == _mention_end_by_every_prefix(
+            token, handles
+        ), ascii(token)
+
+
+def test_trailing_punctuation_normalises_apart_from_what_precedes_it():
+    """What ``_mention_end`` relies on: a prefix plus dots normalises to its form plus dots.
+
+    Normalisation joins a character to the one before it only if it has a combining class
+    or is the second half of a canonical composition (Hangul jamo compose by rule, and are
+    letters); case folding and the removal of invisible characters go character by
+    character.
+    """
+    second_halves = set()
+    for code in range(sys.maxunicode + 1):
+        decomposition = unicodedata.decomposition(chr(code)).split()
+        if len(decomposition) == 2 and not decomposition[0].startswith("<"):
+            second_halves.add(chr(int(decomposition[1], 16)))
+
+    for char in "._-":
+        assert text.normalize_handle(char) == char
+        assert unicodedata.combining(char) == 0
+        assert char not in second_halves

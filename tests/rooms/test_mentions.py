@@ -7,8 +7,11 @@ Non-ASCII characters are written as escapes so that the look-alikes can be told 
 
 import pytest
 
+from common import limits
 from common.text import normalize_handle, visible
+from rooms import mentions
 from rooms.mentions import Member, extract_mention_tokens, resolve_mentions
+from tests.speed import best_time, characters_through
 
 MEMBERS = (
     Member(handle="bob", display_name="Bob"),
@@ -347,3 +350,51 @@ def test_normalize_handle(text: str, expected: str) -> None:
 )
 def test_visible(text: str, expected: str) -> None:
     assert visible(text) == expected
+
+
+# --- speed (issue #15) ------------------------------------------------------------------
+# A send resolves its body's mentions before it takes the room lock
+# (rooms.services.sending), but still on a request's time. Each shape is made to be slow
+# for one pass of the resolver; its generator makes a body of about ``size`` bytes.
+CRAFTED = {
+    "issue_15_dots": lambda size: "@agent-1 @x" + "." * (size - 11),
+    "trailing_dashes": lambda size: "@x" + "-" * (size - 2),
+    "handle_characters": lambda size: "@" + "a" * (size - 1),
+    "handle_characters_then_dots": lambda size: "@" + "a" * (size // 2) + "." * (size // 2 - 1),
+    "dots_between_invisibles": lambda size: "@bob" + ".\u200b" * (size // 4 - 1),
+    "invisible_characters": lambda size: "@bob" + "\u200b" * (size // 3 - 2),
+    "invisible_before_at_signs": lambda size: ("\u200b" * 9 + "@") * (size // 28),
+    "at_signs": lambda size: "@" * size,
+    "many_tokens": lambda size: "@a " * (size // 3),
+    "addresses": lambda size: "@bob@" * (size // 5),
+    "look_alikes": lambda size: "@b\u043eb " * (size // 7),
+    "emphasis_around_mentions": lambda size: "*@bob " * (size // 6),
+}
+
+
+@pytest.mark.parametrize("shape", CRAFTED)
+def test_resolution_hands_each_character_to_the_text_rules_a_bounded_number_of_times(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counted, not timed: twice the body costs at most twice the characters."""
+    make = CRAFTED[shape]
+    rules = [(mentions, "normalize_handle"), (mentions, "_skeleton"), (mentions, "_candidates")]
+
+    def work(size: int) -> int:
+        return characters_through(monkeypatch, rules, lambda: resolve_mentions(make(size), MEMBERS))
+
+    half, full = work(limits.BODY_MAX_BYTES // 2), work(limits.BODY_MAX_BYTES)
+    assert full <= 2 * half + 1000
+
+
+def test_each_token_costs_the_same_in_a_room_of_a_thousand_members() -> None:
+    body = "@z " * (limits.BODY_MAX_BYTES // 3)
+    few = [Member(handle=f"agent-{n}", display_name="") for n in range(10)]
+    many = [Member(handle=f"agent-{n}", display_name="") for n in range(1000)]
+    resolve_mentions(body, many)  # builds the confusables table once
+
+    # The longest look-alike is measured once per body, not once per token: 0.9-1.2x the
+    # time of a room of ten here, 3.2-4.8x when it was measured per token.
+    assert best_time(lambda: resolve_mentions(body, many), runs=5) < 2 * best_time(
+        lambda: resolve_mentions(body, few), runs=5
+    )

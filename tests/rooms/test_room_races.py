@@ -8,17 +8,19 @@ against what both committed.
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from common.errors import PlumbError
 from mailbox import services as mailbox_services
 from mailbox.errors import CrossProjectRefused
 from mailbox.models import CrossProjectOptIn
-from rooms import services
+from rooms import mentions, services
 from rooms.errors import UnreadMessages
-from rooms.models import Event, Member, Message
+from rooms.models import Event, Member, Message, MessageMention
+from rooms.selectors import mentions_for_session
 from tests.conftest import assert_error, client_for
 from tests.factories import OptInFactory, ProjectFactory, SessionFactory, WorkspaceFactory
-from tests.races import race
+from tests.races import Racer, held_at, race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -134,6 +136,125 @@ def test_two_retries_racing_with_one_idempotency_key_store_one_message(room_of_t
     assert one.message.public_id == two.message.public_id
     assert (one.replayed, two.replayed) == (False, True)
     assert Message.objects.filter(room__slug="race").count() == 1
+
+
+# --- mentions resolved before the room lock (issue #15) ----------------------------------
+
+
+def while_held(point, first, second):
+    """``first`` held at ``point`` while ``second`` runs to its end; then ``first`` goes on.
+
+    If ``first`` held a lock there that ``second`` needs, ``second`` would wait for it
+    and fail (a timeout, or SQLite's "database is locked"). ``race`` tells blocked from
+    done by looking, which can catch a thread passing through SQLite's writer queue.
+    """
+    with held_at(point) as held:
+        one = Racer(first, name=f"first ({point})")
+        one.start()
+        held.wait_reached()
+        two = Racer(second, name="second")
+        two.start()
+        second_result = two.outcome()
+        held.release()
+        return one.outcome(), second_result
+
+
+@pytest.fixture
+def resolutions(monkeypatch):
+    """Whether each mention resolution ran inside a transaction (True) or before one."""
+    seen: list[bool] = []
+    resolve = mentions.resolve_mentions
+
+    def watched(body, members):
+        seen.append(connection.in_atomic_block)
+        return resolve(body, members)
+
+    monkeypatch.setattr(mentions, "resolve_mentions", watched)
+    return seen
+
+
+def test_mentions_are_resolved_before_the_send_takes_the_room_lock(room_of_three, resolutions):
+    alice, _, _ = room_of_three
+    in_transaction: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        if connection.in_atomic_block:
+            in_transaction.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        services.message_send(alice, "race", body="status?")
+    without_mentions = len(in_transaction)
+    in_transaction.clear()
+    with connection.execute_wrapper(record):
+        sent = services.message_send(alice, "race", body="@bob @carol status?")
+
+    assert resolutions == [False]
+    assert [m["handle"] for m in sent.mentions] == ["bob", "carol"]
+    assert set(MessageMention.objects.values_list("name__handle", flat=True)) == {"bob", "carol"}
+    # Under the lock, mentions add their insert and nothing else: no member look-up.
+    assert len(in_transaction) == without_mentions + 1
+
+
+def test_a_send_that_waited_for_a_message_keeps_the_mentions_it_resolved(
+    room_of_three, resolutions
+):
+    alice, bob, _ = room_of_three
+    # Resolving holds no lock: the other send goes through meanwhile.
+    sent, _ = while_held(
+        "send.mentions_resolved",
+        lambda: services.message_send(alice, "race", body="@bob @carol ship it"),
+        lambda: services.message_send(bob, "race", body="shipping"),
+    )
+    assert sent.message.seq == sent.latest_seq == 5
+    assert [m["handle"] for m in sent.mentions] == ["bob", "carol"]
+    # A message moved the head but changed no member: resolved once, before the lock.
+    assert resolutions == [False]
+
+
+def _leave(session):
+    return lambda: services.room_leave(session, "race")
+
+
+def _removed_by_operator(session):
+    return lambda: services.member_remove(_member("bob"), actor="admin:op", reason="spam")
+
+
+@pytest.mark.parametrize("departure", [_leave, _removed_by_operator], ids=["leave", "remove"])
+def test_a_member_gone_while_a_send_resolved_its_mentions_is_not_mentioned(
+    room_of_three, resolutions, departure
+):
+    alice, bob, _ = room_of_three
+    sent, _ = while_held(
+        "send.mentions_resolved",
+        lambda: services.message_send(alice, "race", body="@bob @carol ship it"),
+        departure(bob),
+    )
+    # As if resolved under the lock: bob was no member when the message was posted.
+    assert [m["handle"] for m in sent.mentions] == ["carol"]
+    assert sent.unresolved_mentions == ["@bob"]
+    assert list(MessageMention.objects.values_list("name__handle", flat=True)) == ["carol"]
+    assert mentions_for_session(bob, after_id=None, limit=10) == ([], False)
+    # Resolved before the lock, then again under it once the members had changed.
+    assert resolutions == [False, True]
+
+
+def test_a_member_who_joined_while_a_send_resolved_its_mentions_is_mentioned(
+    room_of_three, resolutions
+):
+    alice, _, _ = room_of_three
+    dave = SessionFactory(workspace=alice.workspace, name="dave")
+    sent, _ = while_held(
+        "send.mentions_resolved",
+        lambda: services.message_send(alice, "race", body="welcome @dave"),
+        lambda: services.room_join(dave, "race"),
+    )
+    assert [m["handle"] for m in sent.mentions] == ["dave"]
+    assert sent.unresolved_mentions == []
+    assert [m.public_id for m in mentions_for_session(dave, after_id=None, limit=10)[0]] == [
+        sent.message.public_id
+    ]
+    assert resolutions == [False, True]
 
 
 # --- join vs opt-in revoke ----------------------------------------------------------------
