@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from common.markdown import render_markdown
+from common.markdown import RenderBudget
 from common.transcripts import PAGE_SIZE, Entry, Page, Person, transcript_page
 from rooms.models import Event, Member, Room
 
 # Members named in a room transcript's header; the members changelist has the rest.
 LISTED_MEMBERS = 100
+# Seconds of markdown rendering a transcript page may spend (common.markdown.RenderBudget).
+RENDER_SECONDS = 1.0
 
 
-def _event_entry(event: Event) -> Entry:
+def _event_entry(event: Event, budget: RenderBudget) -> Entry:
     actor = Person(event.actor.handle, event.actor_display_name) if event.actor_id else None
     entry = Entry(seq=event.seq, kind=event.kind, created_at=event.created_at, actor=actor)
     message = event.message
@@ -22,13 +24,13 @@ def _event_entry(event: Event) -> Entry:
         entry.mentions = [
             Person(m.get("handle", ""), m.get("display_name", "")) for m in message.mentions
         ]
-        entry.body = render_markdown(
+        entry.body = budget.render(
             message.body, mentions=[person.handle for person in entry.mentions]
         )
     elif event.kind == Event.Kind.REVIEW:
         entry.verdict = event.verdict
         entry.target_seq = message.seq if message is not None else None
-        entry.body = render_markdown(event.body) if event.body else None
+        entry.body = budget.render(event.body) if event.body else None
     elif event.kind == Event.Kind.MODERATION:
         entry.action = event.data.get("action", "")
         entry.reason = event.data.get("reason", "")
@@ -44,7 +46,8 @@ def room_transcript(room: Room, *, after_seq: int, page_size: int = PAGE_SIZE) -
         .select_related("actor", "message__reply_to")
         .order_by("seq")[: page_size + 1]
     )
-    entries = [_event_entry(event) for event in events]
+    budget = RenderBudget(RENDER_SECONDS)
+    entries = [_event_entry(event, budget) for event in events]
     return transcript_page(entries, after_seq=after_seq, page_size=page_size, head=room.head_seq)
 
 

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from common.admin import paging
 from common.admin.actions import CONFIRM_FIELD, NEXT_FIELD
+from common.markdown import RenderBudget
 from mailbox.models import AgentName, AuditRecord, Workspace
 from rooms import services, transcripts
 from rooms.models import Event, Member, Message, Room
@@ -493,6 +494,39 @@ def test_room_transcript_shows_invisible_characters_in_names(admin_client, room,
     assert "&lt;U+202E&gt;" in body
     assert "\u200b" not in body
     assert "\u202e" not in body
+
+
+def test_a_transcript_page_past_its_render_budget_shows_bodies_as_plain_text(
+    admin_client, room, session_client, monkeypatch
+):
+    """16 KB of ``[`` take markdown-it-py about 0.45 s; a page of 200 would take
+    minutes. Past the page's budget the rest are shown escaped, unrendered."""
+    crafted = "[" * 16000
+    for text in ["**n0**", "**n1**", "**n2**", crafted, "<b>late</b> **n4**"]:
+        session_client.post("/api/v1/rooms/ops/messages/", {"body": text}, format="json")
+    clock = iter(range(1000))  # each body "takes" one second of the page's budget
+    monkeypatch.setattr(
+        transcripts, "RenderBudget", lambda seconds: RenderBudget(3.5, clock=lambda: next(clock))
+    )
+
+    body = html(admin_client.get(url("room", "transcript", room.pk)))
+
+    # The room's earlier bodies and n0..n2 share the four seconds; what comes after is text.
+    assert "<strong>n0</strong>" in body
+    assert '<pre class="plumb-unrendered" style="white-space: pre-wrap">' + crafted in body
+    assert "&lt;b&gt;late&lt;/b&gt; **n4**" in body
+    assert "<b>late</b>" not in body
+
+
+def test_render_budget_renders_until_it_is_spent():
+    ticks = iter([0.0, 0.4, 0.4, 0.9, 0.9, 1.2])
+    budget = RenderBudget(1.0, clock=lambda: next(ticks))
+
+    shown = [budget.render(f"*{n}*") for n in range(4)]
+
+    assert shown[:3] == ["<p><em>0</em></p>\n", "<p><em>1</em></p>\n", "<p><em>2</em></p>\n"]
+    assert budget.exhausted
+    assert shown[3] == '<pre class="plumb-unrendered" style="white-space: pre-wrap">*3*</pre>'
 
 
 def test_room_transcript_is_paginated_by_seq(admin_client, room, session_client):
