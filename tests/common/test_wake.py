@@ -1,0 +1,161 @@
+"""Wake-ups (common/wake.py): subscribe first, publish at commit, wake only the topics named.
+
+Every wait below is bounded (``PROMPT``) and each test asserts what woke, so
+a test that passed only because time ran out would fail on ``woken``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection, transaction
+
+from common import wake
+
+PROMPT = 10.0
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    yield
+    assert wake.subscriptions() == 0
+
+
+def test_a_publication_wakes_the_subscriptions_of_its_topics_only():
+    mine, other = wake.subscribe(["r:1", "n:2"]), wake.subscribe(["r:3"])
+    try:
+        wake.deliver(["n:2", "s:9"])
+
+        assert mine.woken
+        assert not other.woken
+        assert mine.wait(0)
+    finally:
+        wake.unsubscribe(mine)
+        wake.unsubscribe(other)
+
+
+def test_wake_all_wakes_every_subscription():
+    subs = [wake.subscribe([f"r:{i}"]) for i in range(3)]
+    try:
+        wake.deliver([wake.WAKE_ALL])
+        assert all(s.woken for s in subs)
+    finally:
+        for s in subs:
+            wake.unsubscribe(s)
+
+
+@transaction.atomic
+def publish_then_fail(topic: str) -> None:
+    wake.publish([topic])
+    raise RuntimeError
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_publication_in_a_transaction_wakes_at_commit_and_never_on_rollback():
+    with wake.subscribed(["r:1"]) as committed, wake.subscribed(["r:2"]) as rolled_back:
+        with transaction.atomic():
+            wake.publish(["r:1"])
+            assert not committed.woken  # the rows are not visible yet
+        assert committed.woken
+
+        with pytest.raises(RuntimeError):
+            publish_then_fail("r:2")
+        assert not rolled_back.woken
+
+
+def test_a_coroutine_waits_holding_no_thread_and_a_thread_wakes_it():
+    async def scenario() -> tuple[bool, float]:
+        with wake.subscribed(["n:5"]) as subscription:
+            threads_before = threading.active_count()
+            waiting = asyncio.ensure_future(subscription.wait_async(PROMPT))
+            await asyncio.sleep(0)
+            assert threading.active_count() == threads_before
+            started = time.monotonic()
+            threading.Thread(target=wake.deliver, args=(["n:5"],)).start()
+            woken = await waiting
+            return woken, time.monotonic() - started
+
+    woken, took = asyncio.run(scenario())
+
+    assert woken
+    assert took < PROMPT
+
+
+def test_a_wake_before_the_wait_is_not_lost():
+    async def scenario() -> bool:
+        with wake.subscribed(["n:5"]) as subscription:
+            wake.deliver(["n:5"])  # between the look at the database and the wait
+            return await subscription.wait_async(PROMPT)
+
+    assert asyncio.run(scenario())
+
+
+def test_a_wait_that_nothing_wakes_ends_at_its_timeout_unwoken():
+    async def scenario() -> bool:
+        with wake.subscribed(["n:5"]) as subscription:
+            return await subscription.wait_async(0.05)
+
+    assert asyncio.run(scenario()) is False
+
+
+# --- another process or host -------------------------------------------------------------
+
+
+def publish_elsewhere(topic: str) -> None:
+    """Publish ``topic`` the way another server process would, at a commit of its own."""
+    if connection.vendor == "postgresql":
+        import psycopg
+
+        with psycopg.connect(**wake._listen_params("default")) as other:
+            other.execute("SELECT pg_notify(%s, %s)", [wake.CHANNEL, topic])
+        return
+    code = (
+        "import django; django.setup();"
+        "from common import wake;"
+        f"wake._send_to_host({topic!r}.encode())"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "plumb_site.settings"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_listener_wakes_its_subscriptions_for_a_publication_from_another_process():
+    async def scenario() -> bool:
+        listening = wake.listen()
+        try:
+            if connection.vendor == "postgresql":
+                await asyncio.sleep(0.5)  # the LISTEN connection is opening
+            with wake.subscribed(["r:77"]) as subscription:
+                await asyncio.to_thread(publish_elsewhere, "r:77")
+                return await subscription.wait_async(PROMPT)
+        finally:
+            await listening.close()
+
+    assert asyncio.run(scenario())
+
+
+def test_a_socket_left_by_a_dead_process_is_removed(tmp_path, settings):
+    settings.VAR_DIR = tmp_path
+    directory = wake.wake_dir()
+    directory.mkdir()
+    stale = directory / "999999-dead.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(stale))
+    sock.close()  # the file stays; nobody reads it any more
+
+    wake._send_to_host(b"r:1")
+
+    assert not stale.exists()
+
+
+def test_the_wake_directory_is_the_var_folders():
+    assert wake.wake_dir() == Path(django_settings.VAR_DIR) / "wake"
