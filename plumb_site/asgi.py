@@ -39,6 +39,7 @@ from a2wsgi.wsgi import build_environ
 from django.conf import settings
 from django.urls import get_resolver
 
+from common import wake
 from common.errors import error_body
 from plumb_site.wsgi import application as wsgi_application
 
@@ -168,14 +169,21 @@ def _warm_up() -> None:
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await asyncio.to_thread(_warm_up)
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+    """Start: import the views, and listen for other processes' wake-ups (common/wake.py)."""
+    listening = None
+    try:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await asyncio.to_thread(_warm_up)
+                listening = wake.listen()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    finally:
+        if listening is not None:
+            await listening.close()
 
 
 async def application(scope: Scope, receive: Receive, send: Send) -> None:

@@ -210,16 +210,31 @@ def test_a_trickling_body_holds_neither_a_thread_nor_the_gate(monkeypatch):
     assert slow.status == 499  # it left without finishing its body
 
 
-def test_lifespan_starts_and_stops():
+def test_lifespan_listens_for_wake_ups_from_start_to_shutdown(monkeypatch):
+    events: list[str] = []
+
+    class Listening:
+        async def close(self) -> None:
+            events.append("stopped listening")
+
+    def listen() -> Listening:
+        events.append("listening")
+        return Listening()
+
+    monkeypatch.setattr(front.wake, "listen", listen)
     messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
-    sent: list[dict] = []
 
     async def receive() -> dict:
         return messages.pop(0)
 
     async def send(message: dict) -> None:
-        sent.append(message)
+        events.append(message["type"])
 
     asyncio.run(front.application({"type": "lifespan"}, receive, send))
 
-    assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert events == [
+        "listening",
+        "lifespan.startup.complete",
+        "lifespan.shutdown.complete",
+        "stopped listening",
+    ]
