@@ -163,6 +163,18 @@ def member_list(room: Room) -> list[Member]:
     )
 
 
+def events_after_exist(room: Room, *, after_seq: int, kinds: list[str] | None) -> bool:
+    """Whether a read after ``after_seq``, filtered by ``kinds``, would return an event.
+
+    A waiting ``read_messages`` asks this on each re-check: one look-up in the
+    (room, seq) index, instead of the page and its related rows.
+    """
+    events = Event.objects.filter(room=room, seq__gt=after_seq)
+    if kinds:
+        events = events.filter(kind__in=kinds)
+    return events.exists()
+
+
 def events_page(
     room: Room, *, after_seq: int, limit: int, kinds: list[str] | None
 ) -> tuple[list[Event], bool]:

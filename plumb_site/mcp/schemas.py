@@ -254,6 +254,9 @@ TOOLS: list[dict[str, Any]] = [
                 "array", items={"enum": EVENT_KINDS}, minItems=1, maxItems=5, uniqueItems=True
             ),
             "mark_read": _prop("boolean"),
+            "wait": _number(
+                room_io.EventsReadInput, "wait", "Seconds an empty read waits for an event."
+            ),
         },
         ("room",),
     ),

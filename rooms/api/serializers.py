@@ -10,6 +10,7 @@ from common.fields import (
     StrictCharField,
     StrictIntegerField,
     StrictRegexField,
+    WaitField,
 )
 from common.text import visible
 from common.validation import BodyInput, NoFieldsInput
@@ -199,6 +200,7 @@ class EventsReadInput(serializers.Serializer):
         required=False, max_length=limits.KINDS_PARAM_MAX, help_text="Comma-separated event kinds."
     )
     mark_read = StrictBooleanField(required=False, default=True)
+    wait = WaitField(help_text="Seconds to wait for an event above the reference when none is.")
 
     def validate_kinds(self, value: str) -> list[str]:
         kinds = [k.strip() for k in value.split(",") if k.strip()]

@@ -161,7 +161,10 @@ class MessagesApi(SessionApiView):
         summary="Read a room's events after a seq",
         description=(
             "Events with seq above after_seq (default: your read position), ascending. "
-            "Moves your read position to the highest seq returned unless mark_read=false."
+            "Moves your read position to the highest seq returned unless mark_read=false. "
+            "With `wait`, a read that would return nothing holds until an event above the "
+            "reference (of the kinds asked for) exists or the seconds pass. A newer waiting "
+            "call of the session (notes, room or activity) ends it with no events."
         ),
         parameters=[s.EventsReadInput],
         responses={200: s.EventsReadOutput, **error_responses(RoomNotFound, NotAMember)},
