@@ -222,6 +222,11 @@ def _mark_read(session: Session, args: dict) -> dict:
     return room_json.read_position_body(room, member)
 
 
+def _wait_for_activity(session: Session, args: dict) -> dict:
+    wait = validated(room_io.ActivityInput, args)["wait"]
+    return room_json.activity_body(room_services.activity_wait(session, wait=wait))
+
+
 _HANDLERS: dict[str, Callable[[Session, dict], dict]] = {
     "leave_note": _leave_note,
     "check_messages": _check_messages,
@@ -235,4 +240,5 @@ _HANDLERS: dict[str, Callable[[Session, dict], dict]] = {
     "read_messages": _read_messages,
     "review_message": _review_message,
     "mark_read": _mark_read,
+    "wait_for_activity": _wait_for_activity,
 }

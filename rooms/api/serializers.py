@@ -221,6 +221,10 @@ class RoomListInput(serializers.Serializer):
     )
 
 
+class ActivityInput(serializers.Serializer):
+    wait = WaitField(help_text="Seconds to wait for a note or news in a room.")
+
+
 class MentionsInput(serializers.Serializer):
     after_id = serializers.CharField(
         required=False, max_length=limits.PUBLIC_ID_MAX, help_text="Continue after this message id."
@@ -257,6 +261,23 @@ class EventsReadOutput(EnvelopeSerializer):
     latest_seq = serializers.IntegerField()
     read_seq = serializers.IntegerField()
     has_more = serializers.BooleanField()
+
+
+class ActivityRoomSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    latest_seq = serializers.IntegerField()
+    read_seq = serializers.IntegerField(help_text="Your read position.")
+    unseen = serializers.IntegerField(
+        help_text="Messages from others above your read position, as in list_rooms."
+    )
+
+
+class ActivityOutput(EnvelopeSerializer):
+    rooms = ActivityRoomSerializer(
+        many=True,
+        help_text="Rooms you joined where a message or review by someone else sits above your "
+        "read position; listed, not read.",
+    )
 
 
 class RoomOutput(EnvelopeSerializer):
