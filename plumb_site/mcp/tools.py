@@ -5,6 +5,11 @@ and as text, with the same envelope (``notes``, ``schema_stale``). A domain
 error is an ``isError`` result carrying the REST error object, rendered by the
 same exception handler, so its ``code`` is the REST code. As on REST, notes
 are delivered on successful results only (SPEC §3.4), never on an error.
+
+The waiting tools (``check_messages``, ``read_messages`` with ``wait``,
+``wait_for_activity``) hold the ``POST /mcp`` request while they wait, through
+the same services as REST, so one rule (``mailbox/wakeups.py``) covers both
+doors: a session's newer waiting call, REST or MCP, ends its older one.
 """
 
 from __future__ import annotations
