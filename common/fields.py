@@ -11,6 +11,8 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
+from common import limits
+
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
@@ -86,3 +88,16 @@ class StrictIntegerField(serializers.IntegerField):
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class WaitField(serializers.FloatField):
+    """``wait``: seconds a long-poll may hold, 0 (the default: answer at once) to
+    ``limits.WAIT_MAX``. The one definition for every call that waits, so the
+    REST parameters and the MCP arguments built from them cannot drift."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", 0)
+        kwargs.setdefault("max_value", limits.WAIT_MAX)
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("default", 0)
+        super().__init__(**kwargs)

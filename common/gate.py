@@ -7,8 +7,9 @@ back while it holds SQLite's write lock, which keeps every other writer of
 every process waiting too. So on SQLite each process admits one request at a
 time (``PLUMB_ACTIVE_REQUESTS``, default 1) and server processes give the
 parallelism. The other threads still read requests off their sockets and
-write responses out, and a long-polling ``check_messages`` steps aside while
-it waits, so threads per process remain the capacity for idle pollers.
+write responses out, and a long-poll (``check_messages``, ``read_messages``
+or ``wait_for_activity`` with ``wait``) steps aside while it waits, so
+threads per process remain the capacity for idle pollers.
 
 PostgreSQL does its work in its own processes and a request mostly waits on
 the network and the disk there, so the gate is open by default (0: as many

@@ -74,6 +74,10 @@ READ_MAX = 500  # room events in one read
 KINDS_PARAM_MAX = 200  # the comma-separated ?kinds= list
 MAX_SEQ = 2**62  # a seq past this overflows the database's 64-bit column
 
+# --- waiting ---------------------------------------------------------------------------
+# Seconds a long-poll may wait: check_messages, read_messages, wait_for_activity (SPEC §3.3).
+WAIT_MAX = 30
+
 
 def json_schema_pattern(pattern: str) -> str:
     """The ECMA-262 form of a ``\\Z``-anchored pattern, as JSON Schema publishes it."""

@@ -49,7 +49,7 @@ ROOM_MESSAGES_SENT = Counter(
 )
 POLLS_WAITING = Gauge(
     "plumb_polls_waiting",
-    "check_messages calls waiting for a note right now (REST and MCP).",
+    "Calls waiting right now (check_messages, read_messages, wait_for_activity; REST and MCP).",
     # Summed over the processes alive now: a worker that died waits for nothing.
     multiprocess_mode="livesum",
 )

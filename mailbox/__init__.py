@@ -6,7 +6,7 @@ it imports ``common`` and libraries only, never ``rooms`` and never
 
 * ``models``, ``services/`` (every state change), ``selectors`` (reads that
   apply visibility), ``errors``, ``credentials`` (key and token hashing),
-  ``wakeups`` (long-poll wake-ups), ``representation`` (the JSON of notes,
+  ``wakeups`` (the one waiting rule of every long-poll), ``representation`` (the JSON of notes,
   sessions and threads), ``transcripts`` (conversation pages for staff) and
   ``signals`` (what it announces to the floor above: ``optin_revoked``,
   which ``rooms`` answers, since ``mailbox`` may not call into it);

@@ -241,9 +241,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("PLUMB_MAX_REQUEST_BYTES", 256 * 1024, min
 # and how long a client may take to send a request body (408 past it).
 PLUMB_THREADS = env_int("PLUMB_THREADS", 8, minimum=2)
 PLUMB_BODY_TIMEOUT = env_int("PLUMB_BODY_TIMEOUT", 10, minimum=1)
-# Long-polls that one process holds at once; each holds one of its threads, so
-# half of them at most, and the rest always answer other calls. Past it a poll
-# answers at once with what it has (mailbox/wakeups.py).
+# Long-polls (notes, room reads, activity) that one process holds at once; each
+# holds one of its threads, so half of them at most, and the rest always answer
+# other calls. Past it a poll answers at once with what it has (mailbox/wakeups.py).
 PLUMB_WAITING_POLLS = env_int("PLUMB_WAITING_POLLS", PLUMB_THREADS // 2, minimum=1)
 
 PLUMB_SESSION_TTL = env_int("PLUMB_SESSION_TTL", 300, minimum=1)

@@ -13,6 +13,7 @@ from rest_framework import serializers
 from rest_framework.settings import api_settings
 
 from common.text import visible
+from mailbox.representation import notes_json
 from rooms.models import Event, Message
 
 # --- representations -------------------------------------------------------------
@@ -168,3 +169,19 @@ def review_body(room, event) -> dict:
 
 def read_position_body(room, member) -> dict:
     return {"read_seq": member.read_seq, "latest_seq": room.head_seq}
+
+
+def activity_body(activity) -> dict:
+    """``wait_for_activity``: the notes it delivered and the rooms with news, listed."""
+    return {
+        "notes": notes_json(activity.notes) if activity.notes else [],
+        "rooms": [
+            {
+                "slug": member.room.slug,
+                "latest_seq": member.room.head_seq,
+                "read_seq": member.read_seq,
+                "unseen": member.unseen,
+            }
+            for member in activity.rooms
+        ],
+    }

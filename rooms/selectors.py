@@ -163,6 +163,54 @@ def member_list(room: Room) -> list[Member]:
     )
 
 
+def events_after_exist(room: Room, *, after_seq: int, kinds: list[str] | None) -> bool:
+    """Whether a read after ``after_seq``, filtered by ``kinds``, would return an event.
+
+    A waiting ``read_messages`` asks this on each re-check: one look-up in the
+    (room, seq) index, instead of the page and its related rows.
+    """
+    events = Event.objects.filter(room=room, seq__gt=after_seq)
+    if kinds:
+        events = events.filter(kind__in=kinds)
+    return events.exists()
+
+
+def unread_rooms_for_session(session: Session, *, limit: int = limits.LIST_MAX) -> list[Member]:
+    """The caller's memberships whose room has a message or review by someone else
+    above its read position, by room slug, each with its ``room`` and ``unseen``.
+
+    These are the events ``require_read`` holds a send back for, and the ones a
+    read filtered by ``kinds`` never moves past (``UNREAD_KINDS``). Joins,
+    leaves and moderation notices do not list a room: a read filtered to
+    messages may leave them above the read position, and a room listed for
+    them would wake ``wait_for_activity`` again and again. ``unseen`` is the
+    count ``list_rooms`` shows, messages by others above the read position, so
+    a room listed for a review alone shows 0. One query: per membership, the
+    first such event (ORDER BY seq LIMIT 1 walks the (room, seq) index from
+    the read position; see ``rooms.services.sending`` on EXISTS) and, for the
+    rooms listed, the ordinals of ``others_messages_after``.
+    """
+    first_unread = (
+        Event.objects.filter(
+            room=OuterRef("room_id"), seq__gt=OuterRef("read_seq"), kind__in=UNREAD_KINDS
+        )
+        .exclude(actor_id=session.name_id)
+        .order_by("seq")
+        .values("seq")[:1]
+    )
+    members = (
+        Member.objects.filter(name_id=session.name_id, left_at__isnull=True)
+        .annotate(first_unread=Subquery(first_unread))
+        .filter(first_unread__isnull=False)
+        .annotate(
+            unseen=others_messages_after(OuterRef("room_id"), session.name_id, OuterRef("read_seq"))
+        )
+        .select_related("room")
+        .order_by("room__slug")
+    )
+    return list(members[:limit])
+
+
 def events_page(
     room: Room, *, after_seq: int, limit: int, kinds: list[str] | None
 ) -> tuple[list[Event], bool]:

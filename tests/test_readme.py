@@ -22,7 +22,7 @@ from tests.live import no_rate_limits
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 PLACEHOLDER = re.compile(r"^([A-Z_]+)=(plumb_key_|plumb_tok_)\.\.\.")
-CURL_TIMEOUT = 40  # seconds; the README's long-poll waits at most 25
+CURL_TIMEOUT = 40  # seconds; the README's long-polls wait at most 25
 
 
 def readme_commands() -> list[str]:
@@ -94,3 +94,11 @@ def test_every_curl_example_of_the_readme_answers_2xx(live_server, settings, tmp
     # The rooms example reads the history it just wrote.
     (_, history), *_ = [r for r in ran if "messages/?after_seq=0" in r[0]]
     assert [event["kind"] for event in history["events"]] == ["join", "message"]
+    # The waiting examples answer at once: the reviewer has news, then reads it.
+    (_, news), *_ = [r for r in ran if "activity/?wait=" in r[0]]
+    assert news == {
+        "notes": [],
+        "rooms": [{"slug": "release", "latest_seq": 4, "read_seq": 3, "unseen": 1}],
+    }
+    (_, welcome), *_ = [r for r in ran if "messages/?wait=" in r[0]]
+    assert [event["message"]["body"] for event in welcome["events"]] == ["Welcome, @reviewer"]

@@ -3,7 +3,7 @@
 from rest_framework import serializers
 
 from common import limits
-from common.fields import StrictCharField, StrictRegexField
+from common.fields import StrictCharField, StrictRegexField, WaitField
 from common.validation import BodyInput
 from mailbox.representation import (
     ConversationDetailSerializer,
@@ -94,13 +94,7 @@ class NoteLeaveOutput(EnvelopeSerializer):
 
 
 class NotesCheckInput(serializers.Serializer):
-    wait = serializers.FloatField(
-        min_value=0,
-        max_value=30,
-        required=False,
-        default=0,
-        help_text="Seconds to wait for a note.",
-    )
+    wait = WaitField(help_text="Seconds to wait for a note.")
 
 
 class ConversationListInput(serializers.Serializer):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import time
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
@@ -427,49 +426,13 @@ def notes_claim(session: Session) -> list[Note]:
 def notes_wait(session: Session, *, wait: float) -> list[Note]:
     """Claim pending notes, holding up to ``wait`` seconds until one arrives.
 
-    A note committed by this process wakes the waiter at once; one committed
-    by another process is found by the re-check every POLL_INTERVAL. No
-    transaction is held while waiting. Waiting is rationed (mailbox/wakeups.py):
-    the session's older poll is superseded and answers with no notes, and a
-    process whose waiting places are all taken answers at once.
+    Waiting follows the one rule of ``mailbox/wakeups.py``: woken at once by
+    a note committed in this process, re-checked every POLL_INTERVAL for
+    notes from other processes, no transaction held; a newer waiting call of
+    the session (notes, room or activity) makes this one answer with no
+    notes, and a process whose waiting places are all taken answers at once.
     """
-    if wait <= 0:
-        return notes_claim(session)
-    deadline = time.monotonic() + wait
-    # The authentication hint predates the wake-up generation read below;
-    # a note committed in between would wake no one, so waiters look.
-    session.notes_maybe_pending = True
-    ticket = secrets.token_hex(8)
-    # Recorded first, so that the older poll steps aside even when this one
-    # cannot wait: the newest call is the one the agent is listening to.
-    Session.objects.filter(pk=session.pk).update(poll_ticket=ticket)
-    if not wakeups.poll_enter(session.pk, ticket):
-        return notes_claim(session)
-    waiting = False  # counted in plumb_polls_waiting from the first sleep to the answer
-    try:
-        while True:
-            generation = wakeups.current_generation()
-            notes = notes_claim(session)
-            remaining = deadline - time.monotonic()
-            if notes or remaining <= 0:
-                return notes
-            if not waiting:
-                waiting = True
-                metrics.POLLS_WAITING.inc()
-            wakeups.wait(generation, min(wakeups.POLL_INTERVAL, remaining))
-            if _poll_superseded(session, ticket):
-                return []
-    finally:
-        wakeups.poll_leave(session.pk, ticket)
-        if waiting:
-            metrics.POLLS_WAITING.dec()
-
-
-def _poll_superseded(session: Session, ticket: str) -> bool:
-    """A newer poll of the session started, here or in another process (or it ended)."""
-    if wakeups.superseded_here(session.pk, ticket):
-        return True
-    return not Session.objects.filter(pk=session.pk, poll_ticket=ticket).exists()
+    return wakeups.wait_for(session, lambda: notes_claim(session) or None, seconds=wait, idle=list)
 
 
 def notes_unbind(session_ids: list[int]) -> None:

@@ -76,7 +76,7 @@ _DISPLAY_NAME = _prop(
 )
 _FINGERPRINT = _prop(
     "string",
-    "Your tool-list fingerprint; if stale the reply adds schema_stale.",
+    "If stale, the result adds schema_stale.",
     minLength=1,
     maxLength=limits.FINGERPRINT_MAX,
 )
@@ -254,6 +254,9 @@ TOOLS: list[dict[str, Any]] = [
                 "array", items={"enum": EVENT_KINDS}, minItems=1, maxItems=5, uniqueItems=True
             ),
             "mark_read": _prop("boolean"),
+            "wait": _number(
+                room_io.EventsReadInput, "wait", "Seconds an empty read waits for an event."
+            ),
         },
         ("room",),
     ),
@@ -273,6 +276,13 @@ TOOLS: list[dict[str, Any]] = [
         "Move your read position forward to seq.",
         {"room": _ROOM, "seq": _number(room_io.ReadInput, "seq")},
         ("room", "seq"),
+    ),
+    _tool(
+        "wait_for_activity",
+        "Wait for anything: delivers your pending notes and lists joined rooms where "
+        "messages or reviews from others follow your read_seq (unseen counts the messages); "
+        "read those with read_messages. A newer waiting call of yours ends an older one.",
+        {"wait": _number(room_io.ActivityInput, "wait", "Seconds to wait.")},
     ),
 ]
 

@@ -5,6 +5,11 @@ and as text, with the same envelope (``notes``, ``schema_stale``). A domain
 error is an ``isError`` result carrying the REST error object, rendered by the
 same exception handler, so its ``code`` is the REST code. As on REST, notes
 are delivered on successful results only (SPEC §3.4), never on an error.
+
+The waiting tools (``check_messages``, ``read_messages`` with ``wait``,
+``wait_for_activity``) hold the ``POST /mcp`` request while they wait, through
+the same services as REST, so one rule (``mailbox/wakeups.py``) covers both
+doors: a session's newer waiting call, REST or MCP, ends its older one.
 """
 
 from __future__ import annotations
@@ -222,6 +227,11 @@ def _mark_read(session: Session, args: dict) -> dict:
     return room_json.read_position_body(room, member)
 
 
+def _wait_for_activity(session: Session, args: dict) -> dict:
+    wait = validated(room_io.ActivityInput, args)["wait"]
+    return room_json.activity_body(room_services.activity_wait(session, wait=wait))
+
+
 _HANDLERS: dict[str, Callable[[Session, dict], dict]] = {
     "leave_note": _leave_note,
     "check_messages": _check_messages,
@@ -235,4 +245,5 @@ _HANDLERS: dict[str, Callable[[Session, dict], dict]] = {
     "read_messages": _read_messages,
     "review_message": _review_message,
     "mark_read": _mark_read,
+    "wait_for_activity": _wait_for_activity,
 }

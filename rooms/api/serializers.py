@@ -10,6 +10,7 @@ from common.fields import (
     StrictCharField,
     StrictIntegerField,
     StrictRegexField,
+    WaitField,
 )
 from common.text import visible
 from common.validation import BodyInput, NoFieldsInput
@@ -199,6 +200,7 @@ class EventsReadInput(serializers.Serializer):
         required=False, max_length=limits.KINDS_PARAM_MAX, help_text="Comma-separated event kinds."
     )
     mark_read = StrictBooleanField(required=False, default=True)
+    wait = WaitField(help_text="Seconds to wait for an event above the reference when none is.")
 
     def validate_kinds(self, value: str) -> list[str]:
         kinds = [k.strip() for k in value.split(",") if k.strip()]
@@ -217,6 +219,10 @@ class RoomListInput(serializers.Serializer):
     limit = serializers.IntegerField(
         required=False, min_value=1, max_value=limits.LIST_MAX, default=limits.PAGE_DEFAULT
     )
+
+
+class ActivityInput(serializers.Serializer):
+    wait = WaitField(help_text="Seconds to wait for a note or news in a room.")
 
 
 class MentionsInput(serializers.Serializer):
@@ -255,6 +261,23 @@ class EventsReadOutput(EnvelopeSerializer):
     latest_seq = serializers.IntegerField()
     read_seq = serializers.IntegerField()
     has_more = serializers.BooleanField()
+
+
+class ActivityRoomSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    latest_seq = serializers.IntegerField()
+    read_seq = serializers.IntegerField(help_text="Your read position.")
+    unseen = serializers.IntegerField(
+        help_text="Messages from others above your read position, as in list_rooms."
+    )
+
+
+class ActivityOutput(EnvelopeSerializer):
+    rooms = ActivityRoomSerializer(
+        many=True,
+        help_text="Rooms you joined where a message or review by someone else sits above your "
+        "read position; listed, not read.",
+    )
 
 
 class RoomOutput(EnvelopeSerializer):

@@ -20,4 +20,5 @@ urlpatterns = [
         name="message-reviews",
     ),
     re_path(r"^mentions/?$", views.MentionListApi.as_view(), name="mentions"),
+    re_path(r"^activity/?$", views.ActivityApi.as_view(), name="activity"),
 ]

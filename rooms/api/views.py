@@ -161,7 +161,10 @@ class MessagesApi(SessionApiView):
         summary="Read a room's events after a seq",
         description=(
             "Events with seq above after_seq (default: your read position), ascending. "
-            "Moves your read position to the highest seq returned unless mark_read=false."
+            "Moves your read position to the highest seq returned unless mark_read=false. "
+            "With `wait`, a read that would return nothing holds until an event above the "
+            "reference (of the kinds asked for) exists or the seconds pass. A newer waiting "
+            "call of the session (notes, room or activity) ends it with no events."
         ),
         parameters=[s.EventsReadInput],
         responses={200: s.EventsReadOutput, **error_responses(RoomNotFound, NotAMember)},
@@ -213,6 +216,29 @@ class ReviewApi(SessionApiView):
             body=data.get("body"),
         )
         return Response(representation.review_body(room, event), status=status.HTTP_201_CREATED)
+
+
+class ActivityApi(SessionApiView):
+    @extend_schema(
+        operation_id="wait_for_activity",
+        summary="Your pending notes and your rooms with news, waiting for either",
+        description=(
+            "Delivers your pending notes (as check_messages does) and lists the rooms you "
+            "joined where a message or review by someone else sits above your read position "
+            "(listed, not read: read them with read_messages). With `wait`, holds until there "
+            "is either or the seconds pass. A newer waiting call of the session (notes, room "
+            "or activity) ends it with nothing."
+        ),
+        parameters=[s.ActivityInput],
+        responses={200: s.ActivityOutput},
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def get(self, request):
+        query = validated(s.ActivityInput, request.query_params)
+        activity = services.activity_wait(self.session, wait=query["wait"])
+        # Setting "notes" here tells the envelope the delivery is done.
+        return Response(representation.activity_body(activity))
 
 
 class MentionListApi(SessionApiView):

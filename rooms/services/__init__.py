@@ -4,10 +4,11 @@
   current member and the display-name check (used by the modules below).
 - ``membership``: create, join and leave a room.
 - ``sending``: post a message.
-- ``reading``: read positions and reading events.
+- ``reading``: read positions and reading events (waiting for them if asked).
 - ``reviews``: review a message.
 - ``moderation``: hide messages, mute and remove members, lock rooms; remove
   another project's members when an opt-in is revoked.
+- ``waiting``: waiting for anything, a note or news in a joined room.
 """
 
 from rooms.services.membership import Created, Joined, room_create, room_join, room_leave
@@ -25,13 +26,16 @@ from rooms.services.moderation import (
 from rooms.services.reading import EventsRead, events_read, read_advance, read_position_set
 from rooms.services.reviews import review_add
 from rooms.services.sending import MessageSent, message_send
+from rooms.services.waiting import Activity, activity_wait
 
 __all__ = [
     "OPTIN_REVOKED_REASON",
+    "Activity",
     "Created",
     "EventsRead",
     "Joined",
     "MessageSent",
+    "activity_wait",
     "events_read",
     "member_mute",
     "member_remove",

@@ -1,4 +1,4 @@
-"""Read positions and reading a room's events.
+"""Read positions and reading a room's events, waiting for them if asked.
 
 Reading takes no room lock: a read position only ever moves forward, by a
 conditional UPDATE, so racing readers (or a reader and a send) never move
@@ -10,10 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.errors import ValidationFailed
+from mailbox import wakeups
 from mailbox.models import Session
 from rooms.errors import RoomNotFound
 from rooms.models import Event, Member, Room
-from rooms.selectors import UNREAD_KINDS, events_page, member_get_for_session
+from rooms.selectors import (
+    UNREAD_KINDS,
+    events_after_exist,
+    events_page,
+    member_get_for_session,
+)
 from rooms.services.stream import current_member
 
 
@@ -60,6 +66,7 @@ def events_read(
     limit: int = 50,
     kinds: list[str] | None = None,
     mark_read: bool = True,
+    wait: float = 0,
 ) -> EventsRead:
     """Events after ``after_seq`` (default: the read position), ascending.
 
@@ -67,7 +74,42 @@ def events_read(
     ``mark_read`` is false; a read filtered by ``kinds`` stops just below the
     first event it left out, so a later ``require_read`` send still sees the
     messages the caller skipped. Raises ``room_not_found`` and ``not_a_member``.
+
+    With ``wait`` (seconds), a read that would return nothing holds until an
+    event above the reference exists, then answers as a read does. The
+    reference is ``after_seq``, else the read position when the call started;
+    an event that ``kinds`` leaves out does not end the wait, since the read
+    would still return nothing. Waiting follows ``mailbox/wakeups.py`` (one
+    waiting call per session, rationed per process, no transaction held);
+    timed out or superseded, the answer is the read with no events.
     """
+    if wait <= 0:
+        return _read(session, slug, after_seq, limit=limit, kinds=kinds, mark_read=mark_read)
+    # Before the wait takes the session's ticket: a refused read supersedes nothing.
+    room, member = member_get_for_session(session, slug)
+    reference = after_seq if after_seq is not None else member.read_seq
+
+    def read() -> EventsRead:
+        return _read(session, slug, reference, limit=limit, kinds=kinds, mark_read=mark_read)
+
+    def check() -> EventsRead | None:
+        if not events_after_exist(room, after_seq=reference, kinds=kinds):
+            return None
+        found = read()
+        return found if found.events else None
+
+    return wakeups.wait_for(session, check, seconds=wait, idle=read)
+
+
+def _read(
+    session: Session,
+    slug: str,
+    after_seq: int | None,
+    *,
+    limit: int,
+    kinds: list[str] | None,
+    mark_read: bool,
+) -> EventsRead:
     room, member = member_get_for_session(session, slug)
     start = after_seq if after_seq is not None else member.read_seq
     events, has_more = events_page(room, after_seq=start, limit=limit, kinds=kinds)

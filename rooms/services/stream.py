@@ -8,17 +8,24 @@ On PostgreSQL the row lock queues concurrent writers of one room; on SQLite
 the IMMEDIATE transaction serialises all writers. Either way the checks a
 send makes (membership, ``require_read``, idempotency) and the insert they
 guard are one atomic step: no other event can slip in between.
+
+Every event is appended by :func:`append_event`, which also wakes this
+process's waiting calls once the event is committed (``mailbox/wakeups.py``):
+a ``read_messages`` or ``wait_for_activity`` waiting for it answers at once.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
+
 from common import limits
 from common.bodies import text_prepare
 from common.errors import ValidationFailed
 from common.prepared import PreparedInsert, PreparedUpdate
 from common.scrubbing import ScrubResult
+from mailbox import wakeups
 from rooms.errors import NotAMember, RoomNotFound
 from rooms.models import Event, Member, Room
 
@@ -100,4 +107,7 @@ def append_event(room: Room, cursor=None, **fields: Any) -> Event:
     _set_head_seq.update(room.pk, cursor=cursor, head_seq=room.head_seq)
     event = Event(room=room, seq=room.head_seq, **fields)
     _insert_event.insert(event, cursor=cursor)
+    # After the commit, not now: a waiter woken before it would find nothing
+    # and sleep on. A rolled-back event wakes no one.
+    transaction.on_commit(wakeups.notify_all)
     return event

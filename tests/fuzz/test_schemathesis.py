@@ -35,7 +35,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-import mailbox.services.notes
+import mailbox.wakeups
 from plumb_site.wsgi import application
 from tests.factories import SessionFactory
 
@@ -93,10 +93,11 @@ def flatmap_body(context, body):
 
 
 class _JumpingClock:
-    """``time.monotonic`` for the notes_wait service: a minute passes between two readings.
+    """``time.monotonic`` for the waiting calls: a minute passes between two readings.
 
-    A generated ``wait`` of up to 30 seconds would otherwise hold the run that
-    long; with this clock the call claims pending notes once and returns.
+    A generated ``wait`` of up to 30 seconds (notes, room reads, activity)
+    would otherwise hold the run that long; with this clock a call checks once
+    and returns.
     """
 
     def __init__(self):
@@ -110,7 +111,7 @@ class _JumpingClock:
 def world(settings, monkeypatch, workspace, project_key, agent_session, session_client):
     settings.PLUMB_RATE_SESSION = None
     settings.PLUMB_RATE_KEY = None
-    monkeypatch.setattr(mailbox.services.notes, "time", _JumpingClock())
+    monkeypatch.setattr(mailbox.wakeups, "time", _JumpingClock())
 
     created = session_client.post("/api/v1/rooms/", {"slug": "dev"}, format="json")
     assert created.status_code == 201, created.content

@@ -40,6 +40,7 @@ BINDING_TOOL_NAMES = [
     "read_messages",
     "review_message",
     "mark_read",
+    "wait_for_activity",
 ]
 """The tool names of SPEC §6, in the order tools/list publishes them."""
 

@@ -19,6 +19,7 @@ from plumb_site.mcp.protocol import SUPPORTED_VERSIONS
 from rooms.models import Member, Room
 from tests.conftest import client_for
 from tests.factories import SessionFactory, WorkspaceFactory
+from tests.mcp.conftest import BINDING_TOOL_NAMES
 
 pytestmark = pytest.mark.django_db
 
@@ -300,7 +301,7 @@ def test_the_stateless_tool_list_is_cacheable(headers):
     assert result["resultType"] == "complete"
     assert result["ttlMs"] > 0
     assert result["cacheScope"] == "public"
-    assert len(result["tools"]) == 13
+    assert len(result["tools"]) == len(BINDING_TOOL_NAMES)
 
 
 def test_stateless_tool_results_say_they_are_complete(headers, workspace):

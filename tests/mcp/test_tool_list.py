@@ -32,6 +32,7 @@ REST_INPUTS = {
     "read_messages": room_io.EventsReadInput,
     "review_message": room_io.ReviewInput,
     "mark_read": room_io.ReadInput,
+    "wait_for_activity": room_io.ActivityInput,
 }
 
 # An empty body passes these REST serializers and is refused by the service, with

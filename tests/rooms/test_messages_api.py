@@ -13,6 +13,7 @@ Most tests run in the room ``general``: bob creates it (seq 1, "Bob"), alice joi
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 import pytest
@@ -1019,6 +1020,9 @@ def test_the_limit_goes_up_to_500(alice, bob, general):
         ("kinds", "message,bogus"),
         ("kinds", ","),
         ("mark_read", "yes"),
+        ("wait", -1),
+        ("wait", limits.WAIT_MAX + 0.5),
+        ("wait", "soon"),
     ],
     ids=[
         "limit-0",
@@ -1029,6 +1033,9 @@ def test_the_limit_goes_up_to_500(alice, bob, general):
         "kinds-unknown",
         "kinds-empty",
         "mark_read-yes",
+        "wait-negative",
+        "wait-too-long",
+        "wait-word",
     ],
 )
 def test_reading_with_an_invalid_parameter_is_refused_with_validation_error(
@@ -1115,6 +1122,52 @@ def test_a_hidden_message_has_no_body_in_the_unread_refusal_and_the_mentions_lis
     assert mention["body"] is None
     for response in (refusal, mentions):
         assert "regrettable" not in response.content.decode()
+
+
+# --- read_messages with wait (the rules, with threads: tests/rooms/test_waiting.py) ----------
+
+
+def test_a_read_with_wait_answers_at_once_when_an_event_is_above_the_reference(alice, bob, general):
+    post(bob, "already here")
+
+    started = time.monotonic()
+    response = read(alice, wait=limits.WAIT_MAX)
+
+    assert time.monotonic() - started < limits.WAIT_MAX / 2
+    assert response.status_code == 200
+    assert set(response.json()) == READ_FIELDS
+    assert [e["message"]["body"] for e in response.json()["events"]] == ["already here"]
+    assert response.json()["read_seq"] == read_seq(alice) == 3
+
+
+def test_a_read_with_wait_times_out_with_no_events_and_the_read_position_unmoved(alice, general):
+    response = read(alice, wait=0.2, kinds="message")
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "events": [],
+        "latest_seq": 2,
+        "read_seq": 2,
+        "has_more": False,
+        "notes": [],
+    }
+    assert read_seq(alice) == 2
+
+
+@pytest.mark.parametrize(
+    ("slug", "status", "code"),
+    [("general", 403, "not_a_member"), ("nowhere", 404, "room_not_found")],
+    ids=["not-a-member", "no-room"],
+)
+def test_a_read_with_wait_is_refused_at_once_as_a_read_is(carol, general, slug, status, code):
+    before = stored_state()
+
+    started = time.monotonic()
+    response = read(carol, slug, wait=limits.WAIT_MAX)
+
+    assert time.monotonic() - started < limits.WAIT_MAX / 2
+    assert_error(response, status, code)
+    assert stored_state() == before
 
 
 # --- POST read ------------------------------------------------------------------------------
