@@ -9,7 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from common import metrics
+from common import metrics, wake
 from common.bodies import body_prepare, idempotency_key_check
 from common.errors import ValidationFailed
 from common.pause import pause_point
@@ -225,7 +225,7 @@ def _store(
         _add_participant(conversation, session.name, wrote=True)
         if addressee.name is not None:
             _add_participant(conversation, addressee.name, wrote=False)
-        transaction.on_commit(wakeups.notify_all)
+        wake.publish(wakeups.note_topics(note))
         pause_point("note.stored")
 
     note.conversation = conversation
@@ -426,13 +426,19 @@ def notes_claim(session: Session) -> list[Note]:
 def notes_wait(session: Session, *, wait: float) -> list[Note]:
     """Claim pending notes, holding up to ``wait`` seconds until one arrives.
 
-    Waiting follows the one rule of ``mailbox/wakeups.py``: woken at once by
-    a note committed in this process, re-checked every POLL_INTERVAL for
-    notes from other processes, no transaction held; a newer waiting call of
-    the session (notes, room or activity) makes this one answer with no
-    notes, and a process whose waiting places are all taken answers at once.
+    Waiting follows the one rule of ``mailbox/wakeups.py``: woken by the
+    commit of a note for the session, from any process or host, no query
+    while nothing happens, no transaction held; a newer waiting call of the
+    session (notes, room or activity) makes this one answer with no notes,
+    and a process whose waiting places are all taken answers at once.
     """
-    return wakeups.wait_for(session, lambda: notes_claim(session) or None, seconds=wait, idle=list)
+    return wakeups.wait_for(
+        session,
+        lambda: notes_claim(session) or None,
+        seconds=wait,
+        idle=list,
+        topics=wakeups.session_topics(session),
+    )
 
 
 def notes_unbind(session_ids: list[int]) -> None:

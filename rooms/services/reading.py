@@ -20,7 +20,7 @@ from rooms.selectors import (
     events_page,
     member_get_for_session,
 )
-from rooms.services.stream import current_member
+from rooms.services.stream import current_member, room_topic
 
 
 def read_position_set(session: Session, slug: str, *, seq: int) -> tuple[Room, Member]:
@@ -98,7 +98,7 @@ def events_read(
         found = read()
         return found if found.events else None
 
-    return wakeups.wait_for(session, check, seconds=wait, idle=read)
+    return wakeups.wait_for(session, check, seconds=wait, idle=read, topics=[room_topic(room.pk)])
 
 
 def _read(

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
-
-from common import limits
+from common import limits, wake
 from common.bodies import text_prepare
 from common.errors import ValidationFailed
 from common.prepared import PreparedInsert, PreparedUpdate
 from common.scrubbing import ScrubResult
-from mailbox import wakeups
 from rooms.errors import NotAMember, RoomNotFound
 from rooms.models import Event, Member, Room
 
@@ -107,7 +104,12 @@ def append_event(room: Room, cursor=None, **fields: Any) -> Event:
     _set_head_seq.update(room.pk, cursor=cursor, head_seq=room.head_seq)
     event = Event(room=room, seq=room.head_seq, **fields)
     _insert_event.insert(event, cursor=cursor)
-    # After the commit, not now: a waiter woken before it would find nothing
-    # and sleep on. A rolled-back event wakes no one.
-    transaction.on_commit(wakeups.notify_all)
+    # At the commit, not now: a waiter woken before it would find nothing and
+    # sleep on. A rolled-back event wakes no one.
+    wake.publish([room_topic(room.pk)])
     return event
+
+
+def room_topic(room_id: int) -> str:
+    """What a room's events publish, and its waiters wait on (common/wake.py)."""
+    return f"r:{room_id}"

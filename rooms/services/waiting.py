@@ -13,7 +13,8 @@ from mailbox import wakeups
 from mailbox.models import Note, Session
 from mailbox.services import notes_claim
 from rooms.models import Member
-from rooms.selectors import unread_rooms_for_session
+from rooms.selectors import joined_room_ids, unread_rooms_for_session
+from rooms.services.stream import room_topic
 
 
 @dataclass
@@ -29,9 +30,9 @@ def activity_wait(session: Session, *, wait: float = 0) -> Activity:
     A room has news when a message or review by someone else sits above the
     caller's read position; listing it reads nothing and moves no read
     position. With ``wait`` (seconds), holds until there is either, under the
-    one waiting rule of ``mailbox/wakeups.py``: woken at once by a note or room
-    event committed in this process, re-checked every POLL_INTERVAL for other
-    processes' commits, no transaction held; a newer waiting call of the
+    one waiting rule of ``mailbox/wakeups.py``: woken by the commit of a note
+    for the session or an event of a room it belongs to (joined when the
+    call started), from any process or host, no transaction held; a newer waiting call of the
     session (notes, room or activity) makes this one answer with nothing.
     Timed out, the answer is empty. Notes are claimed as ``check_messages``
     claims them: each is delivered to exactly one response.
@@ -44,4 +45,7 @@ def activity_wait(session: Session, *, wait: float = 0) -> Activity:
         notes = notes_claim(session)
         return Activity(notes=notes, rooms=rooms) if notes or rooms else None
 
-    return wakeups.wait_for(session, check, seconds=wait, idle=Activity)
+    topics = wakeups.session_topics(session)
+    if wait > 0:
+        topics += [room_topic(room_id) for room_id in joined_room_ids(session)]
+    return wakeups.wait_for(session, check, seconds=wait, idle=Activity, topics=topics)

@@ -18,8 +18,8 @@ from django.db import connection, transaction
 from prometheus_client import REGISTRY
 
 from common import gate as gate_module
+from common import wake
 from common.gate import RequestGate
-from mailbox import wakeups
 from mailbox.models import Note
 from plumb_site.wsgi import application
 from tests.factories import SessionFactory, WorkspaceFactory
@@ -269,13 +269,13 @@ def peers(settings):
 def test_a_parked_long_poll_lets_the_note_it_waits_for_through(one_at_a_time, peers, monkeypatch):
     alice, bob = peers
     parked = threading.Event()
-    real_wait = wakeups.wait
+    real_wait = wake.Subscription.wait
 
-    def wait(since_generation, timeout):
+    def wait(subscription, timeout):
         parked.set()
-        return real_wait(since_generation, timeout)
+        return real_wait(subscription, timeout)
 
-    monkeypatch.setattr(wakeups, "wait", wait)
+    monkeypatch.setattr(wake.Subscription, "wait", wait)
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         polled = pool.submit(call, "GET", "/api/v1/notes/?wait=10", bob.raw_token)

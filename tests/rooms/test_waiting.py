@@ -1,10 +1,10 @@
 """Waiting for rooms and for anything (issue 16, item 1; SPEC §3.3, §4.3).
 
 ``read_messages`` with ``wait`` and ``wait_for_activity`` follow the one waiting
-rule of ``mailbox/wakeups.py`` that ``check_messages`` follows: woken at once by
-a commit in this process, re-checked every POLL_INTERVAL for other processes'
-commits, one waiting call per session whichever kind, a bounded number per
-process. Waiting calls run in threads, each on its own database connection,
+rule of ``mailbox/wakeups.py`` that ``check_messages`` follows: woken by the
+commit of what it waits for, from this process or (through the process's
+listener) another, one waiting call per session whichever kind, a bounded
+number per process. Waiting calls run in threads, each on its own database connection,
 and ask to wait far longer than the test allows them (``LONG``), so a call that
 answers in time did so for the reason the test names.
 """
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from common import wake
 from mailbox import wakeups
 from mailbox.models import Note, Session
 from mailbox.services import note_leave, notes_wait
@@ -134,9 +135,7 @@ def test_the_reference_is_after_seq_when_one_is_given(agents):
     assert [event.seq for event in read.events] == [1, 2]
 
 
-def test_a_room_wait_is_woken_at_once_by_a_send_in_this_process(agents, monkeypatch):
-    # No periodic re-check within the test's patience: only the wake-up can answer.
-    monkeypatch.setattr(wakeups, "POLL_INTERVAL", LONG)
+def test_a_room_wait_is_woken_at_once_by_a_send_in_this_process(agents):
     alice, bob = agents["alice"], agents["bob"]
     waiter = start(alice, read_waiting())
 
@@ -149,15 +148,19 @@ def test_a_room_wait_is_woken_at_once_by_a_send_in_this_process(agents, monkeypa
     assert wakeups.waiting_polls() == 0
 
 
-def test_a_room_event_committed_elsewhere_is_found_at_the_next_recheck(agents, monkeypatch):
+def test_a_room_event_committed_elsewhere_wakes_the_wait_through_the_listener(agents, monkeypatch):
     alice, bob = agents["alice"], agents["bob"]
     waiter = start(alice, read_waiting())
-    # As if another process committed it: nobody here is woken.
-    monkeypatch.setattr(wakeups, "notify_all", lambda: None)
+    # As if another process committed it: nobody here is woken by the commit...
+    with monkeypatch.context() as patched:
+        patched.setattr(wake, "publish", lambda topics, **kwargs: None)
+        services.message_send(bob, "general", body="from afar")
+    assert not waiter.answered.wait(QUIET)
 
-    services.message_send(bob, "general", body="from afar")
+    # ...but by its publication, as this process's listener delivers it.
+    wake.deliver([f"r:{Room.objects.get(slug='general').pk}"])
 
-    assert waiter.answered.wait(wakeups.POLL_INTERVAL + PROMPT)
+    assert waiter.answered.wait(PROMPT)
     assert bodies(waiter.result()) == ["from afar"]
 
 
@@ -287,19 +290,18 @@ def test_activity_leaves_out_rooms_one_has_left(agents):
     assert services.activity_wait(alice).rooms == []
 
 
-@pytest.mark.parametrize("wake", ["note", "room message"])
-def test_activity_is_woken_at_once_by_a_note_or_a_room_message(agents, monkeypatch, wake):
-    monkeypatch.setattr(wakeups, "POLL_INTERVAL", LONG)
+@pytest.mark.parametrize("news", ["note", "room message"])
+def test_activity_is_woken_at_once_by_a_note_or_a_room_message(agents, news):
     alice, bob = agents["alice"], agents["bob"]
     waiter = start(alice, activity_waiting)
 
-    if wake == "note":
+    if news == "note":
         note_leave(bob, to="alice", body="psst")
     else:
         services.message_send(bob, "general", body="news")
 
     activity = waiter.result()
-    if wake == "note":
+    if news == "note":
         assert ([n.body for n in activity.notes], activity.rooms) == (["psst"], [])
     else:
         assert activity.notes == []
@@ -339,7 +341,8 @@ def test_a_newer_waiting_call_of_any_kind_makes_the_older_answer_at_once(agents,
     assert not second.answered.is_set()
     # Ended the way a newer call in another process would end it.
     Session.objects.filter(pk=alice.pk).update(poll_ticket="elsewhere")
-    assert second.answered.wait(wakeups.POLL_INTERVAL + PROMPT)
+    wake.deliver([f"p:{alice.pk}"])
+    assert second.answered.wait(PROMPT)
     assert wakeups.waiting_polls() == 0
 
 
