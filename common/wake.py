@@ -88,6 +88,57 @@ def _resolve(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
+class Parked(BaseException):
+    """A waiting call that sleeps on the server's event loop instead of its thread.
+
+    Raised by a wait where the server allows it (``parking``); it unwinds the
+    request, whose thread goes back to the pool, up to the server's front
+    (``plumb_site/asgi.py``), which waits on ``subscription`` and then runs
+    the request again with ``Resumed``. A ``BaseException``, so that no
+    ``except Exception`` on the way (DRF, the MCP door, Django's handler)
+    mistakes it for a failure.
+    """
+
+    def __init__(self, subscription: Subscription, deadline: float, ticket: str) -> None:
+        super().__init__()
+        self.subscription = subscription
+        self.deadline = deadline
+        self.ticket = ticket
+
+
+class Resumed:
+    """What a parked call knows when its request runs again."""
+
+    def __init__(self, deadline: float, ticket: str, woken: bool) -> None:
+        self.deadline = deadline
+        self.ticket = ticket
+        self.woken = woken
+
+
+_parking = threading.local()
+
+
+@contextlib.contextmanager
+def parking(*, allowed: bool, resumed: Resumed | None = None) -> Iterator[None]:
+    """Run a request whose waits may park (``allowed``), perhaps resuming a parked one."""
+    _parking.allowed, _parking.resumed = allowed, resumed
+    try:
+        yield
+    finally:
+        _parking.allowed, _parking.resumed = False, None
+
+
+def may_park() -> bool:
+    return getattr(_parking, "allowed", False)
+
+
+def resumed() -> Resumed | None:
+    """The parked call this request resumes, once: a second wait in it starts afresh."""
+    state = getattr(_parking, "resumed", None)
+    _parking.resumed = None
+    return state
+
+
 _subscriptions: dict[str, set[Subscription]] = {}
 _subscriptions_guard = threading.Lock()
 

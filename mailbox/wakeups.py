@@ -15,17 +15,20 @@ PostgreSQL) another host; the waiter runs its check again only then, so
 while nothing happens it makes no query at all. It steps out of its
 process's request gate while it sleeps, and holds no transaction.
 
-Each waiting call still holds one of the process's threads, so waiting is
-rationed, across the three calls alike:
+Under plumb's server a waiting call *parks*: it holds no thread while it
+sleeps (``common.wake.Parked``, ``plumb_site/asgi.py``), up to
+``PLUMB_PARKED_POLLS`` per process. Past that, and under any other server,
+it sleeps in its thread. Either way waiting is rationed, across the three
+calls alike:
 
 * **One waiting call per session.** A newer waiting call of the same session
   (any of the three) records its ticket (``Session.poll_ticket``) and
   publishes the session's poll topic; the older one, woken, finds another
   ticket there and answers at once with what it has (its *idle* answer: no
   notes, no events), in whatever process or host it waits.
-* **At most ``PLUMB_WAITING_POLLS`` waiting calls per process** (half its
-  threads by default). Past it a call answers at once, as if it had not
-  asked to wait, rather than take a thread other calls need.
+* **At most ``PLUMB_WAITING_POLLS`` calls waiting in threads per process**
+  (half its threads by default). Past it a call answers at once, as if it
+  had not asked to wait, rather than take a thread other calls need.
 """
 
 from __future__ import annotations
@@ -113,11 +116,22 @@ def wait_for(
     ``check`` runs at once, and again each time a commit publishes one of
     ``topics``, until it answers (not None) or the time is up. ``idle`` makes
     the answer of a call that found nothing: timed out, or superseded by a
-    newer waiting call of the session. Without ``seconds``, or without a
-    free waiting place in this process, ``check`` runs once. Writes the
-    session's ticket when it waits; takes no lock and holds no transaction
-    while it sleeps.
+    newer waiting call of the session. Writes the session's ticket when it
+    waits; takes no lock and holds no transaction while it sleeps.
+
+    Under plumb's server the call *parks* (``common.wake.Parked``): its thread
+    goes back to the pool while the event loop waits, and the request runs
+    again when woken, arriving here with ``wake.resumed()``. Elsewhere (the
+    test client, a plain WSGI server) it sleeps in its thread, and without a
+    free waiting place in this process ``check`` runs once.
     """
+    resumed = wake.resumed()
+    if resumed is not None:
+        deadline, ticket = resumed.deadline, resumed.ticket
+        if resumed.woken and _superseded(session, ticket):
+            return idle()
+        session.notes_maybe_pending = True
+        return _park_or_answer(session, check, idle, topics, deadline, ticket)
     if seconds <= 0:
         return _answer(check, idle)
     deadline = time.monotonic() + seconds
@@ -130,8 +144,29 @@ def wait_for(
     # cannot wait: the newest call is the one the agent is listening to.
     Session.objects.filter(pk=session.pk).update(poll_ticket=ticket)
     wake.publish([_poll_topic(session.pk)])
+    if wake.may_park():
+        return _park_or_answer(session, check, idle, topics, deadline, ticket)
     if not poll_enter(session.pk, ticket):
         return _answer(check, idle)
+    return _wait_in_thread(session, check, idle, topics, deadline, ticket)
+
+
+def _park_or_answer(session, check, idle, topics, deadline: float, ticket: str):
+    """Answer now if there is an answer or no time left; otherwise park."""
+    subscription = wake.subscribe([*topics, _poll_topic(session.pk)])
+    try:
+        answer = check()
+    except BaseException:
+        wake.unsubscribe(subscription)
+        raise
+    if answer is not None or deadline <= time.monotonic():
+        wake.unsubscribe(subscription)
+        return idle() if answer is None else answer
+    # The front waits on the subscription, and unsubscribes it.
+    raise wake.Parked(subscription, deadline, ticket)
+
+
+def _wait_in_thread(session, check, idle, topics, deadline: float, ticket: str):
     topics = [*topics, _poll_topic(session.pk)]
     waiting = False  # counted in plumb_polls_waiting from the first sleep to the answer
     try:

@@ -29,6 +29,7 @@ import asyncio
 import io
 import json
 import os
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -37,9 +38,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "plumb_site.settings")
 
 from a2wsgi.wsgi import build_environ
 from django.conf import settings
+from django.core.signals import request_finished
 from django.urls import get_resolver
 
-from common import wake
+from common import metrics, wake
 from common.errors import error_body
 from plumb_site.wsgi import application as wsgi_application
 
@@ -136,8 +138,14 @@ async def _refuse(send: Send, refusal: _Refused) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def _django(scope: Scope, body: bytes) -> Response:
-    """One request through Django's WSGI application, in a thread of the pool."""
+def _django(
+    scope: Scope, body: bytes, may_park: bool, resumed: wake.Resumed | None
+) -> Response | wake.Parked:
+    """One request through Django's WSGI application, in a thread of the pool.
+
+    A waiting call that parks (``wake.Parked``) unwinds the request; its
+    ``request_finished`` is sent here, as Django would have at its end.
+    """
     environ = build_environ(scope, io.BytesIO(body))
     # The body is all here, however it was framed: Django reads what this says.
     environ["CONTENT_LENGTH"] = str(len(body))
@@ -148,7 +156,12 @@ def _django(scope: Scope, body: bytes) -> Response:
         started[:] = [status, headers]
         return chunks.append
 
-    result = wsgi_application(environ, start_response)
+    try:
+        with wake.parking(allowed=may_park, resumed=resumed):
+            result = wsgi_application(environ, start_response)
+    except wake.Parked as parked:
+        request_finished.send(sender=type(parked))
+        return parked
     try:
         chunks.extend(result)
     finally:
@@ -157,6 +170,54 @@ def _django(scope: Scope, body: bytes) -> Response:
     status, headers = started
     encoded = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
     return int(status.split(" ", 1)[0]), encoded, b"".join(chunks)
+
+
+_parked = 0  # waiting calls this process holds on its event loop
+
+
+def parked_calls() -> int:
+    return _parked
+
+
+async def _answer(scope: Scope, body: bytes, receive: Receive) -> Response:
+    """Django's answer; a waiting call parks on the event loop between its runs.
+
+    Each run takes a thread only while it looks (at the start, and when a
+    commit it waits for wakes it). ``PLUMB_PARKED_POLLS`` bounds how many
+    calls a process holds parked; past it a call waits in its thread, under
+    the rules of ``mailbox/wakeups.py``.
+    """
+    global _parked
+    loop = asyncio.get_running_loop()
+    resumed = None
+    gone: asyncio.Future | None = None  # the client's disconnect, once anything parks
+    try:
+        while True:
+            may_park = _parked < settings.PLUMB_PARKED_POLLS
+            outcome = await loop.run_in_executor(
+                django_threads, _django, scope, body, may_park, resumed
+            )
+            if not isinstance(outcome, wake.Parked):
+                return outcome
+            if gone is None:
+                gone = asyncio.ensure_future(receive())  # the body is read: only a disconnect
+            _parked += 1
+            metrics.POLLS_WAITING.inc()
+            try:
+                remaining = outcome.deadline - time.monotonic()
+                woken = asyncio.ensure_future(outcome.subscription.wait_async(remaining))
+                await asyncio.wait({woken, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if not woken.done():
+                    woken.cancel()
+                    raise _Gone
+            finally:
+                _parked -= 1
+                metrics.POLLS_WAITING.dec()
+                wake.unsubscribe(outcome.subscription)
+            resumed = wake.Resumed(outcome.deadline, outcome.ticket, woken.result())
+    finally:
+        if gone is not None:
+            gone.cancel()
 
 
 def _warm_up() -> None:
@@ -205,7 +266,11 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 499, "headers": []})
         await send({"type": "http.response.body", "body": b""})
         return
-    loop = asyncio.get_running_loop()
-    status, headers, content = await loop.run_in_executor(django_threads, _django, scope, body)
+    try:
+        status, headers, content = await _answer(scope, body, receive)
+    except _Gone:
+        await send({"type": "http.response.start", "status": 499, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": content})

@@ -92,7 +92,8 @@ class Logger(glogging.Logger):
 logger_class = Logger
 wsgi_app = "plumb_site.asgi:application"
 worker_class = "plumb_site.asgi_worker.Worker"
-worker_connections = 1000
+# Parked waiting calls each hold a connection; room for as many again of other clients.
+worker_connections = 2 * plumb_settings.PLUMB_PARKED_POLLS + 200
 keepalive = 30
 # A request whose client left runs on in its thread all the same (a waiting
 # poll for up to 30 s): the worker waits for it rather than cancel it at 3 s

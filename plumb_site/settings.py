@@ -245,6 +245,9 @@ PLUMB_BODY_TIMEOUT = env_int("PLUMB_BODY_TIMEOUT", 10, minimum=1)
 # holds one of its threads, so half of them at most, and the rest always answer
 # other calls. Past it a poll answers at once with what it has (mailbox/wakeups.py).
 PLUMB_WAITING_POLLS = env_int("PLUMB_WAITING_POLLS", PLUMB_THREADS // 2, minimum=1)
+# Waiting calls that one process holds on its event loop, where a waiting call
+# holds no thread (plumb_site/asgi.py); past it they wait in threads, as above.
+PLUMB_PARKED_POLLS = env_int("PLUMB_PARKED_POLLS", 1000, minimum=0)
 
 PLUMB_SESSION_TTL = env_int("PLUMB_SESSION_TTL", 300, minimum=1)
 # Requests of one server process that run at once (0: as many as threads).

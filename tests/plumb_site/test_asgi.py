@@ -16,7 +16,10 @@ import pytest
 
 import plumb_site.asgi as front
 from common import gate as gate_module
+from common import wake
 from common.gate import RequestGate
+from mailbox.services import note_leave
+from tests.factories import SessionFactory, WorkspaceFactory
 
 
 def scope(method: str = "GET", path: str = "/healthz", headers=()) -> dict:
@@ -238,3 +241,141 @@ def test_lifespan_listens_for_wake_ups_from_start_to_shutdown(monkeypatch):
         "lifespan.shutdown.complete",
         "stopped listening",
     ]
+
+
+# --- waiting calls park on the event loop ------------------------------------------------
+
+
+def authorized(target: str, token: str) -> dict:
+    path, _, query = target.partition("?")
+    request = scope("GET", path, [("authorization", f"Bearer {token}")])
+    request["query_string"] = query.encode()
+    return request
+
+
+async def until(condition, what: str) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    """Django gets one thread: a waiting call that held it would stop every other."""
+    monkeypatch.setattr(front, "django_threads", ThreadPoolExecutor(1))
+
+
+@pytest.fixture
+def mailbox(transactional_db):
+    workspace = WorkspaceFactory(slug="main")
+    return {
+        "alice": SessionFactory(workspace=workspace, name="alice"),
+        "bob": SessionFactory(workspace=workspace, name="bob"),
+    }
+
+
+def staying() -> Client:
+    """A client that keeps its connection open until ``leave`` is set."""
+    client = Client([(b"", False)])
+    client.leave = asyncio.Event()
+    client.then = client.leave.wait
+    return client
+
+
+def test_a_waiting_call_parks_and_its_thread_serves_others_meanwhile(one_thread, mailbox):
+    async def scenario() -> tuple[Client, Client]:
+        poll = staying()
+        waiting = asyncio.create_task(
+            front.application(
+                authorized("/api/v1/notes/?wait=20", mailbox["bob"].raw_token),
+                poll.receive,
+                poll.send,
+            )
+        )
+        await until(lambda: front.parked_calls() == 1, "the poll parked")
+
+        health = Client([(b"", False)])
+        await asyncio.wait_for(front.application(scope(), health.receive, health.send), 10)
+        await asyncio.to_thread(note_leave, mailbox["alice"], to="bob", body="wake")
+        await asyncio.wait_for(waiting, 10)
+        return poll, health
+
+    poll, health = asyncio.run(scenario())
+
+    assert health.status == 200
+    assert poll.status == 200
+    assert [note["body"] for note in poll.json()["notes"]] == ["wake"]
+    assert front.parked_calls() == 0
+    assert wake.subscriptions() == 0
+
+
+def test_a_newer_call_of_the_session_ends_a_parked_one(one_thread, mailbox):
+    async def scenario() -> tuple[Client, Client]:
+        token = mailbox["bob"].raw_token
+        older, newer = staying(), staying()
+        first = asyncio.create_task(
+            front.application(
+                authorized("/api/v1/notes/?wait=20", token), older.receive, older.send
+            )
+        )
+        await until(lambda: front.parked_calls() == 1, "the first poll parked")
+        second = asyncio.create_task(
+            front.application(
+                authorized("/api/v1/notes/?wait=20", token), newer.receive, newer.send
+            )
+        )
+        await asyncio.wait_for(first, 10)
+        await until(lambda: front.parked_calls() == 1, "the second poll parked")
+        await asyncio.to_thread(note_leave, mailbox["alice"], to="bob", body="for the newer")
+        await asyncio.wait_for(second, 10)
+        return older, newer
+
+    older, newer = asyncio.run(scenario())
+
+    assert older.json()["notes"] == []
+    assert [note["body"] for note in newer.json()["notes"]] == ["for the newer"]
+
+
+def test_a_parked_call_whose_client_leaves_is_let_go(one_thread, mailbox):
+    async def scenario() -> Client:
+        poll = staying()
+        waiting = asyncio.create_task(
+            front.application(
+                authorized("/api/v1/notes/?wait=20", mailbox["bob"].raw_token),
+                poll.receive,
+                poll.send,
+            )
+        )
+        await until(lambda: front.parked_calls() == 1, "the poll parked")
+        poll.leave.set()
+        await asyncio.wait_for(waiting, 10)
+        return poll
+
+    poll = asyncio.run(scenario())
+
+    assert poll.status == 499
+    assert front.parked_calls() == 0
+    assert wake.subscriptions() == 0
+
+
+def test_past_the_parked_bound_a_call_waits_in_its_thread(mailbox, settings):
+    settings.PLUMB_PARKED_POLLS = 0
+
+    async def scenario() -> Client:
+        poll = staying()
+        await asyncio.wait_for(
+            front.application(
+                authorized("/api/v1/notes/?wait=0.3", mailbox["bob"].raw_token),
+                poll.receive,
+                poll.send,
+            ),
+            10,
+        )
+        return poll
+
+    poll = asyncio.run(scenario())
+
+    assert poll.json()["notes"] == []
+    assert front.parked_calls() == 0

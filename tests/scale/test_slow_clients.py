@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import selectors
 import socket
 import statistics
 import threading
 import time
+import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
 
+from rooms import services
+from rooms.models import Member
 from tests.factories import SessionFactory, WorkspaceFactory
 from tests.scale.harness import Api, PlumbServer, call, database_url, report, run_threads
 
@@ -315,11 +319,12 @@ def test_eight_polls_of_one_session_leave_one_waiting_and_the_server_free(server
 
 
 @pytest.mark.django_db(transaction=True)
-def test_polls_past_the_processes_places_answer_at_once(server):
-    """2 processes x PLUMB_WAITING_POLLS (4 of 8 threads) = 8 waiting places."""
+def test_more_polls_than_threads_all_wait_and_each_is_woken_by_its_note(server):
+    """20 sessions poll a server of 2 processes x 8 threads: none is turned away
+    (they park, holding no thread), and each is woken by the note for it."""
     workspace = WorkspaceFactory(slug="main")
     sender = SessionFactory(workspace=workspace, name="sender")
-    agents = [SessionFactory(workspace=workspace, name=f"agent-{i}") for i in range(14)]
+    agents = [SessionFactory(workspace=workspace, name=f"agent-{i}") for i in range(20)]
     api = Api(server)
 
     results, runner = poll_all(api, [agent.raw_token for agent in agents], stagger=0.05)
@@ -333,20 +338,15 @@ def test_polls_past_the_processes_places_answer_at_once(server):
 
     woken = [results[i] for i in range(len(agents)) if i not in at_once]
     report(
-        "14 sessions polling",
+        "20 sessions polling",
         {
             "answered at once": len(at_once),
             "waited": len(woken),
             "healthz max ms": f"{max(health) * 1000:.1f}",
         },
-        {"over_places": max(0, len(woken) - 8)},
+        {"turned_away": len(at_once)},
     )
-    assert len(woken) <= 8
-    assert len(at_once) >= 6
-    for i in at_once:
-        took, status, body = results[i]
-        assert status == 200
-        assert took < ANSWER_WITHIN
+    assert at_once == []
     for _took, status, body in woken:
         assert status == 200
         assert [note["body"] for note in body["notes"]] == ["wake"]
@@ -384,3 +384,111 @@ def test_a_poll_is_woken_by_a_note_whichever_process_stores_it(server):
         {"slow_wake": sum(t >= ANSWER_WITHIN for t in latencies)},
     )
     assert max(latencies) < ANSWER_WITHIN
+
+
+# --- a thousand waiting calls --------------------------------------------------------------
+
+WAITERS = 1000
+
+
+def polls_waiting(server: PlumbServer) -> float:
+    """``plumb_polls_waiting`` summed over the server's processes (GET /metrics)."""
+    with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("plumb_polls_waiting "):
+                return float(line.split()[1])
+    return 0.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_thousand_waiting_calls_hold_no_thread_and_one_message_wakes_them_all(server):
+    """1,000 members of one room wait in ``read_messages`` on 2 processes of 8
+    threads; the server still answers at once, and one message wakes them all."""
+    workspace = WorkspaceFactory(slug="main")
+    speaker = SessionFactory(workspace=workspace, name="speaker")
+    room = services.room_create(speaker, slug="hall").room
+    waiters = [SessionFactory(workspace=workspace, name=f"waiter-{i}") for i in range(WAITERS)]
+    Member.objects.bulk_create(
+        [Member(room=room, name_id=s.name_id, read_seq=room.head_seq) for s in waiters]
+    )
+
+    started = time.monotonic()
+    sockets = []
+    for waiter in waiters:
+        sock = connect(server)
+        sock.sendall(
+            b"GET /api/v1/rooms/hall/messages/?wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + f"Authorization: Bearer {waiter.raw_token}\r\nConnection: close\r\n\r\n".encode()
+        )
+        sockets.append(sock)
+    try:
+        deadline = time.monotonic() + 60
+        while polls_waiting(server) < WAITERS and time.monotonic() < deadline:
+            time.sleep(0.2)
+        all_waiting_after = time.monotonic() - started
+        waiting = polls_waiting(server)
+        health = [timed("GET", f"{server.url}/healthz")[0] for _ in range(5)]
+        authed = [
+            timed("GET", f"{server.url}/api/v1/sessions/current/", token=speaker.raw_token)[0]
+            for _ in range(5)
+        ]
+
+        status, body = Api(server).send(speaker.raw_token, "hall", body="all wake")
+        sent_at = time.monotonic()
+        assert status == 201, body
+        answers, woken_after = read_all(sockets, timeout=60)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+    delivered = sum(
+        status == 200 and [e["message"]["body"] for e in json.loads(raw)["events"]] == ["all wake"]
+        for status, raw in answers
+    )
+    latencies = sorted(t - sent_at for t in woken_after)
+    report(
+        "1000 waiting calls",
+        {
+            "all waiting after s": f"{all_waiting_after:.1f}",
+            "healthz max ms": f"{max(health) * 1000:.1f}",
+            "authenticated max ms": f"{max(authed) * 1000:.1f}",
+            "woken with the message": delivered,
+            "wake p50/p99/max ms": "/".join(
+                f"{latencies[int(q * (len(latencies) - 1))] * 1000:.0f}" for q in (0.5, 0.99, 1)
+            ),
+        },
+        {
+            "not_waiting": int(WAITERS - waiting),
+            "not_woken": WAITERS - delivered,
+            "server_5xx": server.server_errors(),
+        },
+    )
+    assert waiting == WAITERS
+    assert max(health) < ANSWER_WITHIN
+    assert max(authed) < ANSWER_WITHIN
+    assert delivered == WAITERS
+    assert server.server_errors() == 0
+
+
+def read_all(sockets: list[socket.socket], *, timeout: float) -> tuple[list, list[float]]:
+    """Every socket's whole response (status, body) and when each was complete."""
+    selector = selectors.DefaultSelector()
+    buffers: dict[int, bytearray] = {}
+    for sock in sockets:
+        sock.setblocking(False)
+        selector.register(sock, selectors.EVENT_READ)
+        buffers[sock.fileno()] = bytearray()
+    answers, finished = [], []
+    deadline = time.monotonic() + timeout
+    while len(answers) < len(sockets) and time.monotonic() < deadline:
+        for key, _ in selector.select(timeout=1):
+            chunk = key.fileobj.recv(65536)
+            if chunk:
+                buffers[key.fileobj.fileno()] += chunk
+                continue
+            selector.unregister(key.fileobj)
+            head, _, raw = bytes(buffers[key.fileobj.fileno()]).partition(b"\r\n\r\n")
+            answers.append((int(head.split()[1]), raw))
+            finished.append(time.monotonic())
+    selector.close()
+    return answers, finished
