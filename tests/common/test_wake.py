@@ -13,10 +13,8 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
 from django.db import connection, transaction
 
 from common import wake
@@ -155,7 +153,3 @@ def test_a_socket_left_by_a_dead_process_is_removed(tmp_path, settings):
     wake._send_to_host(b"r:1")
 
     assert not stale.exists()
-
-
-def test_the_wake_directory_is_the_var_folders():
-    assert wake.wake_dir() == Path(django_settings.VAR_DIR) / "wake"
