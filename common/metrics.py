@@ -56,6 +56,11 @@ POLLS_WAITING = Gauge(
 THROTTLED = Counter(
     "plumb_throttled", "Calls refused with 429 by a rate limit, by limit.", ("limit",)
 )
+CACHE_ERRORS = Counter(
+    "plumb_cache_errors",
+    "Calls to the shared cache (REDIS_URL) that failed or were skipped after a failure; "
+    "rate limits let those requests through uncounted (common/cache.py).",
+)
 GATE_WAIT_SECONDS = Histogram(
     "plumb_gate_wait_seconds",
     "Time a request waited for its process's request gate (common/gate.py).",

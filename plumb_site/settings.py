@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -321,7 +322,56 @@ SPECTACULAR_SETTINGS = {
 PLUMB_METRICS_TOKEN = metrics_token()
 PLUMB_METRICS_DIR = VAR_DIR / "metrics"
 
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+def cache_config() -> dict:
+    """The default cache: the rate-limit counters (mailbox/api/throttles.py).
+
+    Without REDIS_URL it is each process's memory, so every server process
+    counts alone. With it, Django's Redis backend (failing open, common/cache.py)
+    shares the counts between every process and host that names the same
+    Redis and key prefix.
+    """
+    url = os.environ.get("REDIS_URL", "").strip()
+    if not url:
+        return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port raises ValueError when it is not one
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"REDIS_URL is not a usable Redis URL: {exc}") from None
+    database = parts.path.lstrip("/")
+    if (
+        parts.scheme not in ("redis", "rediss", "unix")
+        or (parts.scheme != "unix" and not parts.hostname)
+        or (parts.scheme == "unix" and not parts.path)
+        or (parts.scheme != "unix" and database and not database.isdigit())
+    ):
+        raise ImproperlyConfigured(
+            "REDIS_URL must look like redis://[:password@]host[:port][/db], rediss://… "
+            f"or unix:///path/to/redis.sock, got {url!r}."
+        )
+    prefix = os.environ.get("PLUMB_CACHE_PREFIX", "plumb").strip()
+    if re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", prefix) is None:
+        raise ImproperlyConfigured(
+            "PLUMB_CACHE_PREFIX must be 1 to 64 letters, digits or _.:- characters, "
+            f"got {prefix!r}."
+        )
+    return {
+        "BACKEND": "common.cache.FailOpenRedisCache",
+        "LOCATION": url,
+        # Several plumb deployments, or other programs, may share one Redis.
+        "KEY_PREFIX": prefix,
+        "OPTIONS": {
+            # A Redis that stops answering costs a request at most this long
+            # before the limits fail open (common/cache.py); loopback or a
+            # LAN answers in well under a millisecond.
+            "socket_connect_timeout": 1.0,
+            "socket_timeout": 1.0,
+        },
+    }
+
+
+CACHES = {"default": cache_config()}
 
 # plain: one line of text per record; json: one JSON object per line (common/logs.py).
 LOG_FORMAT = env_choice("LOG_FORMAT", "plain", ("plain", "json"))

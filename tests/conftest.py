@@ -5,6 +5,7 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
+from tests import throwaway
 from tests.factories import ProjectKeyFactory, SessionFactory, WorkspaceFactory
 
 
@@ -14,6 +15,14 @@ def _clear_rate_limit_counters():
     cache.clear()
     yield
     cache.clear()
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """A Redis for tests that share counters between processes: the run's ``REDIS_URL``
+    (``scripts/with-redis``) or a throwaway server, started once per run."""
+    with throwaway.redis_url() as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,9 +1,14 @@
 """Rate limits: per session and per project key (PLUMB_RATE_SESSION, PLUMB_RATE_KEY), and
 failed credentials per client address (PLUMB_RATE_AUTH_FAIL).
 
-Counters live in the default cache, which is per process: with N server
-processes a client can reach up to N times the rate. That bounds a runaway
-agent, which is the point; it is not a billing meter.
+Counters live in the default cache. Without ``REDIS_URL`` that is each
+process's memory: with N server processes a client can reach up to N times
+the rate. With it, every process and host that shares the Redis counts
+together. Either way a limit bounds a runaway agent, which is the point; it
+is not a billing meter: counting is DRF's read-then-write of a list of
+timestamps, so two calls at the same instant in two processes may count as
+one, and when Redis does not answer the limits let calls through uncounted
+rather than fail them (``common/cache.py``).
 """
 
 from __future__ import annotations
@@ -55,8 +60,11 @@ class ProjectKeyRateThrottle(_CredentialRateThrottle):
 # Two failures of one address in two threads of this process would both read
 # the same history and the second write would drop the first one's entry, so
 # a guesser with parallel requests would be counted once per batch. The lock
-# makes every failure count in the process's own cache; a cache shared by
-# processes could still lose one to such a race, as DRF's throttles can.
+# makes every failure count among this process's threads. With the cache
+# shared in Redis, two processes (or hosts) can still lose one to such a race,
+# as DRF's throttles can: a guesser spreading a batch over N processes gains
+# at most N - 1 extra tries per batch, where per-process caches gave N times
+# the whole rate.
 _record_lock = threading.Lock()
 
 
