@@ -537,15 +537,33 @@ def nonzero(violations: dict[str, int]) -> dict[str, int]:
     return {name: n for name, n in violations.items() if n}
 
 
-def report(title: str, figures: dict[str, Any], violations: dict[str, int]) -> None:
-    """One line per test in the output (``pytest -s``): what was done, what broke."""
+def report(
+    title: str,
+    figures: dict[str, Any],
+    violations: dict[str, int],
+    *,
+    database: str | None = None,
+) -> None:
+    """One line per test in the output (``pytest -s``): what was done, what broke.
+
+    ``database`` names the servers' database where it is not this process's.
+    """
     done = ", ".join(f"{name} {value}" for name, value in figures.items())
     broken = nonzero(violations)
     print(
-        f"\n[scale/{vendor()}] {title}: {done}; "
+        f"\n[scale/{database or vendor()}] {title}: {done}; "
         f"violations {sum(violations.values())}{' ' + str(broken) if broken else ''}",
         flush=True,
     )
+
+
+def polls_waiting(server: PlumbServer) -> float:
+    """``plumb_polls_waiting`` summed over the server's processes (GET /metrics)."""
+    with _opener.open(f"{server.url}/metrics", timeout=30) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("plumb_polls_waiting "):
+                return float(line.split()[1])
+    return 0.0
 
 
 def workers_figure(server: PlumbServer) -> str:

@@ -17,7 +17,6 @@ import socket
 import statistics
 import threading
 import time
-import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
@@ -25,7 +24,15 @@ import pytest
 from rooms import services
 from rooms.models import Member
 from tests.factories import SessionFactory, WorkspaceFactory
-from tests.scale.harness import Api, PlumbServer, call, database_url, report, run_threads
+from tests.scale.harness import (
+    Api,
+    PlumbServer,
+    call,
+    database_url,
+    polls_waiting,
+    report,
+    run_threads,
+)
 
 BODY_TIMEOUT = 4  # PLUMB_BODY_TIMEOUT of this module's server
 ANSWER_WITHIN = 1.0  # seconds: what /healthz and an authenticated call must meet
@@ -389,15 +396,6 @@ def test_a_poll_is_woken_by_a_note_whichever_process_stores_it(server):
 # --- a thousand waiting calls --------------------------------------------------------------
 
 WAITERS = 1000
-
-
-def polls_waiting(server: PlumbServer) -> float:
-    """``plumb_polls_waiting`` summed over the server's processes (GET /metrics)."""
-    with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith("plumb_polls_waiting "):
-                return float(line.split()[1])
-    return 0.0
 
 
 @pytest.mark.django_db(transaction=True)
