@@ -14,7 +14,7 @@ WEB_CONCURRENCY ?= 2
 # runs one request at a time (PLUMB_ACTIVE_REQUESTS, common/gate.py).
 THREADS ?= 8
 
-.PHONY: install serve test test-postgres bench lint superuser clean chromium
+.PHONY: install serve test test-postgres test-hosts bench lint superuser clean chromium
 
 install: $(STAMP)
 
@@ -54,6 +54,11 @@ test: lint chromium
 test-postgres: install chromium
 	scripts/with-postgres $(BIN)/python manage.py makemigrations --check --dry-run
 	scripts/with-postgres $(BIN)/pytest $(PYTEST_ARGS)
+
+# Two plumb servers (own var/ and port each) on one throwaway PostgreSQL and Redis:
+# exactly-once delivery, wake-ups and seqs across hosts, one shared rate limit.
+test-hosts: install
+	scripts/with-postgres scripts/with-redis $(BIN)/pytest tests/scale/test_hosts.py $(PYTEST_ARGS)
 
 # Throughput and latency against a floor, and growth with stored data (not part of
 # make test). BENCH_DB=postgres runs it on a throwaway PostgreSQL cluster.
