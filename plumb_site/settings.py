@@ -346,9 +346,10 @@ def cache_config() -> dict:
         or (parts.scheme == "unix" and not parts.path)
         or (parts.scheme != "unix" and database and not database.isdigit())
     ):
+        # The value is not repeated: it may hold the password.
         raise ImproperlyConfigured(
-            "REDIS_URL must look like redis://[:password@]host[:port][/db], rediss://… "
-            f"or unix:///path/to/redis.sock, got {url!r}."
+            "REDIS_URL must look like redis://[:password@]host[:port][/db], "
+            "rediss://… or unix:///path/to/redis.sock."
         )
     prefix = os.environ.get("PLUMB_CACHE_PREFIX", "plumb").strip()
     if re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", prefix) is None:

@@ -228,3 +228,11 @@ def test_a_malformed_cache_setting_stops_the_server_naming_the_variable(monkeypa
 
     with pytest.raises(ImproperlyConfigured, match=name):
         cache_config()
+
+
+def test_a_malformed_redis_url_is_not_repeated_in_the_error_it_may_hold_a_password(monkeypatch):
+    monkeypatch.setenv("REDIS_URL", "redis://:hunter2-secret@cache.internal:6379/zero")
+
+    with pytest.raises(ImproperlyConfigured) as refused:
+        cache_config()
+    assert "hunter2" not in str(refused.value)
