@@ -3,7 +3,7 @@
 Run by ``bench/run.py`` in a subprocess with ``DJANGO_SETTINGS_MODULE`` and
 ``DATABASE_URL`` set, against the same database the benchmark server uses:
 
-    python bench/seed.py setup  --clients 8 --rounds 5 ...   # keys, sessions, rooms (ORM)
+    python bench/seed.py setup  --clients 8 --rounds 5 --pool 1500  # keys, sessions, rooms
     python bench/seed.py grow   --state S --rows N          # bulk top-up to N notes/events
     python bench/seed.py queries --state S [--explain]      # queries per operation
 
@@ -94,6 +94,8 @@ def cmd_setup(args: argparse.Namespace) -> None:
         for i in range(args.clients)
     ]
     growth = {role: _start(key.key, f"g-{role}") for role in ("checker", "reader", "sender")}
+    # Recipients of the note phases (one note each per phase) and the wake phase's pollers.
+    pool = [_start(key.key, f"agent-{i}") for i in range(args.pool)]
     author = _start(key.key, HISTORY_AUTHOR)
 
     client_sessions = [_session(c) for c in clients]
@@ -119,6 +121,7 @@ def cmd_setup(args: argparse.Namespace) -> None:
             "workspace": WORKSPACE,
             "clients": clients,
             "pairs": pairs,
+            "pool": pool,
             "growth": growth,
             "rooms": rooms,
             "read_room": "read",
@@ -563,6 +566,7 @@ def main() -> None:
     setup.add_argument("--rounds", type=int, default=5)
     setup.add_argument("--spread", type=int, default=50)
     setup.add_argument("--read-events", type=int, default=5000)
+    setup.add_argument("--pool", type=int, default=0, help="recipient sessions agent-<i>")
     grow = sub.add_parser("grow")
     grow.add_argument("--state", required=True)
     grow.add_argument("--rows", type=int, required=True)
