@@ -355,7 +355,7 @@ def wake_latency(
         # Polls that answered empty after their note was sent (then the next poll got it).
         "empty_while_due": len(pollers.missed),
         "empty_while_due_first": pollers.missed[:5],
-        "over_1s": sorted(round(x, 3) for x in after_answer if x > 1.0),
+        "over_1s": sum(x > 1.0 for x in after_answer),
         "problems": problems[:5],
     }
     if woken:
