@@ -74,7 +74,9 @@ def main() -> int:
                 env, state, queries[side] = bench.prepare_main(cfg, workdir, None, name=side)
                 servers[side] = bench.start_server(cfg, env, workdir, side)
                 clocks[side] = bench.RoundClock()
-                ops[side] = bench.select_ops(cfg, bench.main_operations(state, clocks[side]))
+                ops[side] = bench.select_ops(
+                    cfg, bench.all_operations(state, clocks[side], servers[side])
+                )
                 bench.warm_up(cfg, servers[side], ops[side])
                 results[side] = {name: [] for name in ops[side]}
             for r in range(args.rounds):
@@ -82,7 +84,7 @@ def main() -> int:
                 for name in ops["A"]:
                     for side in order:
                         clocks[side].round = r
-                        phase = bench.run_phase(
+                        phase = bench.run_op(
                             servers[side], ops[side][name], clients=8,
                             requests=args.requests, cap=20.0,
                         )  # fmt: skip
