@@ -74,6 +74,17 @@ def test_check_messages_with_nothing_pending_is_one_query(
         assert result_of(call("check_messages", {}, headers))["notes"] == []
 
 
+def test_session_start_resumes_the_named_session_without_looking_it_up_again(
+    alice, headers, django_assert_num_queries
+):
+    result_of(call("check_messages", {}, headers))  # records the key's first use
+
+    with django_assert_num_queries(1):
+        resumed = result_of(call("session_start", {}, headers))
+
+    assert (resumed["session"]["id"], resumed["token"]) == (alice.public_id, None)
+
+
 def test_a_pending_note_still_rides_on_the_next_result(alice, headers, workspace):
     bob = SessionFactory(workspace=workspace, name="bob")
     note_leave(bob, body=BODY, to="alice")
