@@ -216,7 +216,8 @@ def session_for_name(
 ) -> tuple[Session, StartedSession | None]:
     """The connected session of ``name`` in ``workspace``, started when there is none.
 
-    ``found``: the result of that look-up if authentication made it already.
+    ``found``: ``(session or None,)`` when authentication has made that look-up
+    already (``Caller.named``), so it is not made twice.
     A start delivers nothing by itself: the pending notes ride on the result
     of the call that needed the session, as they do on REST's session start.
     """
