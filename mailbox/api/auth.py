@@ -131,6 +131,22 @@ def session_check_live(session: Session) -> None:
     session_touch(session, now=now)
 
 
+def project_key_check(
+    request: Request, parsed: credentials.ParsedCredential, key: ProjectKey | None
+) -> None:
+    """Refuse a key that matches nothing or is revoked, naming which; else record its use.
+
+    ``key`` is the row of ``parsed.prefix``, or None. One rule for every way a
+    request's key is looked up (here, and with the session it names in
+    ``plumb_site.mcp``), so both refuse alike.
+    """
+    if key is None or not credentials.matches(parsed.raw, key.key_hash):
+        raise _unknown(request, "The project key is not known.")
+    if key.revoked_at is not None:
+        raise _fail("key_revoked", "This project key has been revoked.")
+    key_touch(key)
+
+
 class SessionTokenAuthentication(authentication.BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[Session, Session] | None:
         parsed = bearer_credential(request)
@@ -159,11 +175,7 @@ class ProjectKeyAuthentication(authentication.BaseAuthentication):
         if parsed.kind != credentials.PROJECT_KEY:
             raise _fail("project_key_required", "Starting a session needs a project key.")
         key = ProjectKey.objects.select_related("project").filter(prefix=parsed.prefix).first()
-        if key is None or not credentials.matches(parsed.raw, key.key_hash):
-            raise _unknown(request, "The project key is not known.")
-        if key.revoked_at is not None:
-            raise _fail("key_revoked", "This project key has been revoked.")
-        key_touch(key)
+        project_key_check(request, parsed, key)
         return key, key
 
     def authenticate_header(self, request: Request) -> str:

@@ -29,18 +29,20 @@ from rest_framework import exceptions
 from rest_framework.throttling import SimpleRateThrottle
 
 from common.errors import PlumbError, ValidationFailed
+from common.prepared import Prepared, concrete_attnames, instances_from_row
 from common.schema import NAME_HEADER, WORKSPACE_HEADER
 from mailbox import credentials
 from mailbox.api.auth import (
     ProjectKeyAuthentication,
     SessionTokenAuthentication,
     bearer_credential,
+    project_key_check,
     session_check_live,
     session_for_mcp_session_id,
 )
 from mailbox.api.throttles import ProjectKeyRateThrottle, SessionRateThrottle
 from mailbox.errors import NameInUse
-from mailbox.models import ProjectKey, Session
+from mailbox.models import AgentName, Project, ProjectKey, Session, Workspace
 from mailbox.services import (
     OpenedMcpSession,
     StartedSession,
@@ -49,6 +51,7 @@ from mailbox.services import (
     session_start,
     session_touch,
 )
+from mailbox.services.notes import pending_exists
 from plumb_site.mcp.schemas import HANDLE, SLUG
 
 SESSION_ID_HEADER = "Mcp-Session-Id"
@@ -73,6 +76,10 @@ class Caller:
     session: Session | None = None  # known from a token, without starting anything
     workspace: str | None = None  # Plumb-Workspace
     name: str | None = None  # Plumb-Name
+    # The open session of that name, found with the key (None: there is none
+    # or it has expired); meaningful once ``named_looked_up`` is set.
+    named: Session | None = None
+    named_looked_up: bool = False
 
 
 def _header(request: HttpRequest, name: str) -> str | None:
@@ -93,15 +100,65 @@ def authenticate(request: HttpRequest, *, use_session_id: bool) -> Caller:
     if parsed.kind == credentials.SESSION_TOKEN:
         session, _ = SessionTokenAuthentication().authenticate(request)
         return Caller(session=session)
+    workspace, name = _header(request, WORKSPACE_HEADER), _header(request, NAME_HEADER)
+    if workspace is not None and name is not None:
+        return _with_named_session(request, parsed, workspace, name)
     key, _ = ProjectKeyAuthentication().authenticate(request)
-    caller = Caller(
-        key=key,
-        workspace=_header(request, WORKSPACE_HEADER),
-        name=_header(request, NAME_HEADER),
-    )
+    caller = Caller(key=key, workspace=workspace, name=name)
     session_id = _header(request, SESSION_ID_HEADER)
     if use_session_id and caller.name is None and session_id is not None:
         caller.session = _session_from_id(session_id, key)
+    return caller
+
+
+_NAMED_MODELS = (Session, AgentName, Workspace, Project, ProjectKey)
+_named_session = Prepared(
+    lambda prefix, workspace, name: (
+        Session.objects.filter(
+            ended_at__isnull=True,  # at most one such row per name (session_one_open_per_name)
+            name__handle=name,
+            workspace__slug=workspace,
+            workspace__project__keys__prefix=prefix,
+        )
+        .annotate(notes_maybe_pending=pending_exists())
+        .order_by()
+        .values_list(
+            *concrete_attnames(Session),
+            *(f"name__{f}" for f in concrete_attnames(AgentName)),
+            *(f"workspace__{f}" for f in concrete_attnames(Workspace)),
+            *(f"workspace__project__{f}" for f in concrete_attnames(Project)),
+            *(f"workspace__project__keys__{f}" for f in concrete_attnames(ProjectKey)),
+            "notes_maybe_pending",
+        )
+    ),
+    params=["prefix", "workspace", "name"],
+)
+
+
+def _with_named_session(
+    request: HttpRequest, parsed: credentials.ParsedCredential, workspace: str, name: str
+) -> Caller:
+    """The key and the open session its headers name, found in one query.
+
+    This is how the README's MCP configuration calls plumb, on every tool
+    call: the key's row comes with the session's (when there is one), and
+    with whether notes wait for it, as a session token's does in REST. The
+    key is checked first, as alone; headers that name no open session leave
+    ``named`` None, and the key is then looked up on its own.
+    """
+    caller = Caller(workspace=workspace, name=name, named_looked_up=True)
+    rows = _named_session.rows(prefix=parsed.prefix, workspace=workspace, name=name)
+    if not rows:
+        caller.key, _ = ProjectKeyAuthentication().authenticate(request)
+        return caller
+    session, agent_name, found_workspace, project, key = instances_from_row(rows[0], *_NAMED_MODELS)
+    project_key_check(request, parsed, key)
+    key.project = found_workspace.project = project
+    session.name, session.workspace = agent_name, found_workspace
+    session.notes_maybe_pending = bool(rows[0][-1])
+    caller.key = key
+    # An open session past its time is no longer connected: the next start replaces it.
+    caller.named = session if session.is_connected() else None
     return caller
 
 
@@ -142,21 +199,32 @@ def acting_session(caller: Caller) -> tuple[Session, StartedSession | None]:
             "session to act as, or use a session token.",
             details={NAME_HEADER: ["Required with a project key."]},
         )
-    return session_for_name(caller.key, workspace=caller.workspace, name=caller.name)
+    return session_for_name(
+        caller.key,
+        workspace=caller.workspace,
+        name=caller.name,
+        found=(caller.named,) if caller.named_looked_up else None,
+    )
 
 
 def session_for_name(
-    key: ProjectKey, *, workspace: str | None, name: str
+    key: ProjectKey,
+    *,
+    workspace: str | None,
+    name: str,
+    found: tuple[Session | None] | None = None,
 ) -> tuple[Session, StartedSession | None]:
     """The connected session of ``name`` in ``workspace``, started when there is none.
 
+    ``found``: ``(session or None,)`` when authentication has made that look-up
+    already (``Caller.named``), so it is not made twice.
     A start delivers nothing by itself: the pending notes ride on the result
     of the call that needed the session, as they do on REST's session start.
     """
     workspace = _checked(workspace, WORKSPACE_HEADER, SLUG)
     # Before the look-up: a reserved name is refused, not merely never found.
     name = handle_check(_checked(name, NAME_HEADER, HANDLE), field=NAME_HEADER)
-    session = _connected_session(key, workspace, name)
+    session = found[0] if found is not None else _connected_session(key, workspace, name)
     if session is not None:
         session_touch(session)
         return session, None

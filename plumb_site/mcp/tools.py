@@ -105,13 +105,15 @@ def _session_start(caller: identity.Caller, args: dict) -> tuple[Session, dict]:
         if caller.name is None and args.get("name") is not None:
             # Named by the argument, not the header: refuse it under its own name.
             mailbox_services.handle_check(args["name"])
-        session, started = identity.acting_session(
-            identity.Caller(
+        # With both headers, authentication has looked the session up already.
+        named = caller
+        if not caller.named_looked_up:
+            named = identity.Caller(
                 key=caller.key,
                 workspace=caller.workspace or args.get("workspace"),
                 name=caller.name or args.get("name"),
             )
-        )
+        session, started = identity.acting_session(named)
     identity.check_session_rate(session)
     return session, {
         "session": mailbox_json.session_json(session),
