@@ -128,7 +128,13 @@ def wait_for(
     resumed = wake.resumed()
     if resumed is not None:
         deadline, ticket = resumed.deadline, resumed.ticket
-        if resumed.woken and _superseded(session, ticket):
+        if not resumed.woken:
+            # The wait ran its time: one last look and the answer, with no
+            # subscription after it. The authentication of this very request
+            # said whether notes are pending, which is as fresh as the look
+            # (nearly always "no": then the look at notes costs no query).
+            return _answer(check, idle)
+        if _superseded(session, ticket):
             return idle()
         session.notes_maybe_pending = True
         return _park_or_answer(session, check, idle, topics, deadline, ticket)
