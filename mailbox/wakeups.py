@@ -128,7 +128,13 @@ def wait_for(
     resumed = wake.resumed()
     if resumed is not None:
         deadline, ticket = resumed.deadline, resumed.ticket
-        if resumed.woken and _superseded(session, ticket):
+        if not resumed.woken:
+            # The wait ran its time: one last look and the answer, with no
+            # subscription after it. The authentication of this very request
+            # said whether notes are pending, which is as fresh as the look
+            # (nearly always "no": then the look at notes costs no query).
+            return _answer(check, idle)
+        if _superseded(session, ticket):
             return idle()
         session.notes_maybe_pending = True
         return _park_or_answer(session, check, idle, topics, deadline, ticket)
@@ -143,7 +149,10 @@ def wait_for(
     # Recorded first, so that the older call steps aside even when this one
     # cannot wait: the newest call is the one the agent is listening to.
     Session.objects.filter(pk=session.pk).update(poll_ticket=ticket)
-    wake.publish([_poll_topic(session.pk)])
+    # Marked with the ticket: this call, subscribed by the time the
+    # publication comes back through another process's listener (PostgreSQL's
+    # LISTEN includes this process), is not woken by its own announcement.
+    wake.publish([f"{_poll_topic(session.pk)}{wake.MARK}{ticket}"])
     if wake.may_park():
         return _park_or_answer(session, check, idle, topics, deadline, ticket)
     if not poll_enter(session.pk, ticket):
@@ -153,7 +162,7 @@ def wait_for(
 
 def _park_or_answer(session, check, idle, topics, deadline: float, ticket: str):
     """Answer now if there is an answer or no time left; otherwise park."""
-    subscription = wake.subscribe([*topics, _poll_topic(session.pk)])
+    subscription = wake.subscribe([*topics, _poll_topic(session.pk)], mark=ticket)
     try:
         answer = check()
     except BaseException:
@@ -172,7 +181,7 @@ def _wait_in_thread(session, check, idle, topics, deadline: float, ticket: str):
     try:
         while True:
             # Subscribed before the check: a commit between the two wakes the wait.
-            with wake.subscribed(topics) as subscription:
+            with wake.subscribed(topics, mark=ticket) as subscription:
                 answer = check()
                 if answer is not None:
                     return answer

@@ -41,6 +41,23 @@ def test_a_publication_wakes_the_subscriptions_of_its_topics_only():
         wake.unsubscribe(other)
 
 
+def test_a_marked_publication_spares_the_subscriptions_of_its_mark_only():
+    own, older, plain = (
+        wake.subscribe(["p:1"], mark="new"),
+        wake.subscribe(["p:1"], mark="old"),
+        wake.subscribe(["p:1"]),
+    )
+    try:
+        wake.deliver(["p:1#new"])
+
+        assert not own.woken
+        assert older.woken
+        assert plain.woken
+    finally:
+        for s in (own, older, plain):
+            wake.unsubscribe(s)
+
+
 def test_wake_all_wakes_every_subscription():
     subs = [wake.subscribe([f"r:{i}"]) for i in range(3)]
     try:
@@ -139,6 +156,29 @@ def test_a_listener_wakes_its_subscriptions_for_a_publication_from_another_proce
             await listening.close()
 
     assert asyncio.run(scenario())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_listener_does_not_echo_a_marked_publication_to_its_own_mark():
+    """On PostgreSQL a process hears its own NOTIFY: a waiter is not woken by its own."""
+
+    async def scenario() -> tuple[bool, bool]:
+        listening = wake.listen()
+        try:
+            if connection.vendor == "postgresql":
+                await asyncio.sleep(0.5)  # the LISTEN connection is opening
+            with (
+                wake.subscribed(["p:7"], mark="mine") as own,
+                wake.subscribed(["r:78"]) as after,
+            ):
+                # One publication: delivered at once, so when ``after`` wakes,
+                # ``own`` has seen it too.
+                await asyncio.to_thread(publish_elsewhere, "p:7#mine r:78")
+                return await after.wait_async(PROMPT), own.woken
+        finally:
+            await listening.close()
+
+    assert asyncio.run(scenario()) == (True, False)
 
 
 def test_a_socket_left_by_a_dead_process_is_removed(tmp_path, settings):

@@ -93,6 +93,23 @@ def test_a_poll_started_in_another_process_supersedes_through_its_wake_up(mailbo
     assert wakeups.waiting_polls() == 0
 
 
+def test_a_poll_is_not_woken_by_its_own_announcement(mailbox, monkeypatch):
+    """On PostgreSQL a poll's publication comes back through its own process's listener."""
+    published: list[str] = []
+    publish = wake.publish
+    monkeypatch.setattr(wake, "publish", lambda topics: published.extend(topics) or publish(topics))
+    poll = start_waiting(mailbox["alice"], places_taken=1)
+    (subscription,) = wake._subscriptions[f"p:{mailbox['alice'].pk}"]
+
+    wake.deliver(published)  # as this process's LISTEN connection delivers it
+
+    assert not subscription.woken
+    note_leave(mailbox["bob"], to="alice", body="still waiting")
+    assert poll.answered.wait(PROMPT)
+    assert [note.body for note in poll.notes] == ["still waiting"]
+    poll.join(PROMPT)
+
+
 def test_polls_of_other_sessions_are_not_superseded(mailbox):
     alice = start_waiting(mailbox["alice"], places_taken=1)
     bob = start_waiting(mailbox["bob"], places_taken=2)

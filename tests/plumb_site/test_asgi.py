@@ -379,3 +379,37 @@ def test_past_the_parked_bound_a_call_waits_in_its_thread(mailbox, settings):
 
     assert poll.json()["notes"] == []
     assert front.parked_calls() == 0
+
+
+def test_a_poll_whose_wait_ran_out_answers_with_the_queries_of_a_plain_check(
+    one_thread, mailbox, monkeypatch
+):
+    """The run at the deadline trusts its own authentication's hint: no claim query."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    runs: list[tuple[bool, int]] = []
+    django = front._django
+
+    def counted(request_scope, body, may_park, resumed):
+        with CaptureQueriesContext(connection) as queries:
+            outcome = django(request_scope, body, may_park, resumed)
+        runs.append((resumed is not None, len(queries)))
+        return outcome
+
+    monkeypatch.setattr(front, "_django", counted)
+    token = mailbox["bob"].raw_token
+    plain = run(Client([(b"", False)]), authorized("/api/v1/notes/", token))
+    poll = staying()
+    asyncio.run(
+        asyncio.wait_for(
+            front.application(authorized("/api/v1/notes/?wait=1", token), poll.receive, poll.send),
+            10,
+        )
+    )
+
+    assert plain.json()["notes"] == []
+    assert poll.json()["notes"] == []
+    (plain_run, first_run, last_run) = runs
+    assert [plain_run[0], first_run[0], last_run[0]] == [False, False, True]
+    assert last_run[1] == plain_run[1]
