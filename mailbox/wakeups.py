@@ -43,6 +43,7 @@ from django.conf import settings
 
 from common import metrics, wake
 from common.gate import gate
+from common.pause import pause_point
 from mailbox.models import Session
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _guard = threading.Lock()
-# Session id -> ticket of its newest waiting poll in this process.
-_newest: dict[int, str] = {}
 _waiting = 0
 
 
@@ -73,29 +72,20 @@ def _poll_topic(session_id: int) -> str:
     return f"p:{session_id}"
 
 
-def poll_enter(session_id: int, ticket: str) -> bool:
-    """Take one of the process's waiting places for ``ticket``; False if all are taken."""
+def poll_enter() -> bool:
+    """Take one of the process's waiting places; False if all are taken."""
     global _waiting
     with _guard:
         if _waiting >= settings.PLUMB_WAITING_POLLS:
             return False
         _waiting += 1
-        _newest[session_id] = ticket
         return True
 
 
-def poll_leave(session_id: int, ticket: str) -> None:
+def poll_leave() -> None:
     global _waiting
     with _guard:
         _waiting -= 1
-        if _newest.get(session_id) == ticket:
-            del _newest[session_id]
-
-
-def superseded_here(session_id: int, ticket: str) -> bool:
-    """Whether a newer waiting call of the session has started in this process."""
-    with _guard:
-        return _newest.get(session_id, ticket) != ticket
 
 
 def waiting_polls() -> int:
@@ -134,10 +124,14 @@ def wait_for(
             # said whether notes are pending, which is as fresh as the look
             # (nearly always "no": then the look at notes costs no query).
             return _answer(check, idle)
+        # Subscribed before the ticket is read: a newer call that records its
+        # own after that read wakes this subscription.
+        subscription = _subscribe(session, topics, ticket)
         if _superseded(session, ticket):
+            wake.unsubscribe(subscription)
             return idle()
         session.notes_maybe_pending = True
-        return _park_or_answer(session, check, idle, topics, deadline, ticket)
+        return _park_or_answer(subscription, check, idle, deadline, ticket)
     if seconds <= 0:
         return _answer(check, idle)
     deadline = time.monotonic() + seconds
@@ -146,23 +140,35 @@ def wait_for(
     # would wake no one and ride on no reply, so look.
     session.notes_maybe_pending = True
     ticket = secrets.token_hex(8)
-    # Recorded first, so that the older call steps aside even when this one
-    # cannot wait: the newest call is the one the agent is listening to.
-    Session.objects.filter(pk=session.pk).update(poll_ticket=ticket)
-    # Marked with the ticket: this call, subscribed by the time the
-    # publication comes back through another process's listener (PostgreSQL's
-    # LISTEN includes this process), is not woken by its own announcement.
-    wake.publish([f"{_poll_topic(session.pk)}{wake.MARK}{ticket}"])
+    # Subscribed before the ticket is recorded: a newer call of the session
+    # records its ticket after this one's and then announces it, and this
+    # subscription hears that announcement however close the two calls are.
+    subscription = _subscribe(session, topics, ticket)
+    try:
+        # Recorded first, so that the older call steps aside even when this one
+        # cannot wait: the newest call is the one the agent is listening to.
+        Session.objects.filter(pk=session.pk).update(poll_ticket=ticket)
+        pause_point("poll.recorded")
+        # Marked with the ticket: this call is not woken by its own
+        # announcement (PostgreSQL's LISTEN includes this process).
+        wake.publish([f"{_poll_topic(session.pk)}{wake.MARK}{ticket}"])
+    except BaseException:
+        wake.unsubscribe(subscription)
+        raise
     if wake.may_park():
-        return _park_or_answer(session, check, idle, topics, deadline, ticket)
-    if not poll_enter(session.pk, ticket):
+        return _park_or_answer(subscription, check, idle, deadline, ticket)
+    if not poll_enter():
+        wake.unsubscribe(subscription)
         return _answer(check, idle)
-    return _wait_in_thread(session, check, idle, topics, deadline, ticket)
+    return _wait_in_thread(session, subscription, check, idle, deadline, ticket)
 
 
-def _park_or_answer(session, check, idle, topics, deadline: float, ticket: str):
-    """Answer now if there is an answer or no time left; otherwise park."""
-    subscription = wake.subscribe([*topics, _poll_topic(session.pk)], mark=ticket)
+def _subscribe(session: Session, topics: Iterable[str], ticket: str) -> wake.Subscription:
+    return wake.subscribe([*topics, _poll_topic(session.pk)], mark=ticket)
+
+
+def _park_or_answer(subscription, check, idle, deadline: float, ticket: str):
+    """Answer now if there is an answer or no time left; otherwise park on ``subscription``."""
     try:
         answer = check()
     except BaseException:
@@ -175,28 +181,31 @@ def _park_or_answer(session, check, idle, topics, deadline: float, ticket: str):
     raise wake.Parked(subscription, deadline, ticket)
 
 
-def _wait_in_thread(session, check, idle, topics, deadline: float, ticket: str):
-    topics = [*topics, _poll_topic(session.pk)]
+def _wait_in_thread(session, subscription, check, idle, deadline: float, ticket: str):
+    topics = subscription.topics
     waiting = False  # counted in plumb_polls_waiting from the first sleep to the answer
     try:
         while True:
             # Subscribed before the check: a commit between the two wakes the wait.
-            with wake.subscribed(topics, mark=ticket) as subscription:
-                answer = check()
-                if answer is not None:
-                    return answer
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                if not waiting:
-                    waiting = True
-                    metrics.POLLS_WAITING.inc()
-                with gate().stepped_aside():
-                    woken = subscription.wait(remaining)
+            answer = check()
+            if answer is not None:
+                return answer
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if not waiting:
+                waiting = True
+                metrics.POLLS_WAITING.inc()
+            with gate().stepped_aside():
+                woken = subscription.wait(remaining)
+            # The next subscription starts before the ticket is read again.
+            wake.unsubscribe(subscription)
+            subscription = wake.subscribe(topics, mark=ticket)
             if woken and _superseded(session, ticket):
                 break
     finally:
-        poll_leave(session.pk, ticket)
+        wake.unsubscribe(subscription)
+        poll_leave()
         if waiting:
             metrics.POLLS_WAITING.dec()
     return idle()
@@ -208,7 +217,9 @@ def _answer(check: Callable[[], T | None], idle: Callable[[], T]) -> T:
 
 
 def _superseded(session: Session, ticket: str) -> bool:
-    """A newer waiting call of the session started, here or in another process."""
-    if superseded_here(session.pk, ticket):
-        return True
+    """A newer waiting call of the session recorded its ticket, here or in another process.
+
+    Only the row knows: which of two calls recorded its ticket last is not
+    the order in which they took their places in this process.
+    """
     return not Session.objects.filter(pk=session.pk, poll_ticket=ticket).exists()

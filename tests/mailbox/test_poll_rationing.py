@@ -21,6 +21,7 @@ from mailbox import wakeups
 from mailbox.models import Session
 from mailbox.services import note_leave, notes_wait
 from tests.factories import SessionFactory, WorkspaceFactory
+from tests.races import held_at
 
 LONG = 60.0  # what each poll asks to wait
 PROMPT = 10.0  # how long the test waits for an answer that should come at once
@@ -108,6 +109,29 @@ def test_a_poll_is_not_woken_by_its_own_announcement(mailbox, monkeypatch):
     assert poll.answered.wait(PROMPT)
     assert [note.body for note in poll.notes] == ["still waiting"]
     poll.join(PROMPT)
+
+
+def test_a_newer_poll_that_records_its_ticket_just_after_the_older_still_ends_it(mailbox):
+    """The older poll is held right after recording its ticket, before it
+    announces it or looks; the newer one records and announces meanwhile. The
+    older must already be listening, or it would sleep its whole wait beside
+    the newer one, and a note could go to the call nobody reads."""
+    with held_at("poll.recorded") as held:
+        older = Poll(mailbox["alice"])
+        older.start()
+        held.wait_reached()
+        newer = Poll(mailbox["alice"])
+        newer.start()
+        deadline = time.monotonic() + PROMPT
+        while wakeups.waiting_polls() < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert wakeups.waiting_polls() == 1  # the newer waits; the older is held
+        held.release()
+        assert older.answered.wait(PROMPT), "the older poll slept beside the newer one"
+    assert older.notes == []
+    note_leave(mailbox["bob"], to="alice", body="for the newer poll")
+    assert newer.answered.wait(PROMPT)
+    assert [note.body for note in newer.notes] == ["for the newer poll"]
 
 
 def test_polls_of_other_sessions_are_not_superseded(mailbox):
