@@ -26,7 +26,7 @@ from mailbox import credentials
 from mailbox.api.throttles import AuthFailureThrottle
 from mailbox.models import AgentName, Project, ProjectKey, Session, Workspace
 from mailbox.services import key_touch, session_touch
-from mailbox.services.notes import pending_exists
+from mailbox.services.delivery import pending_exists
 
 REALM = 'Bearer realm="plumb"'
 

@@ -1,12 +1,11 @@
-"""Leaving notes and delivering them exactly once (SPEC §3.2 to §3.4)."""
+"""Leaving notes (SPEC §3.2, §3.3) and locking threads; delivery is in ``delivery``."""
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import F
 from django.utils import timezone
 
 from common import metrics, wake
@@ -37,8 +36,6 @@ from mailbox.selectors import optin_allows
 from mailbox.services.audit import audit_record, reason_check
 
 NEXT = "next"
-# Notes handed out by one response at most; the rest follow on the next call.
-MAX_CLAIM = 500
 
 
 @dataclass
@@ -320,132 +317,6 @@ def _add_participant(conversation: Conversation, name: AgentName, *, wrote: bool
     participant, _ = Participant.objects.get_or_create(conversation=conversation, name=name)
     if wrote and not participant.has_written:
         Participant.objects.filter(pk=participant.pk).update(has_written=True)
-
-
-# --- delivery ------------------------------------------------------------------
-
-
-def _pending_branches(session_pk, name_id, workspace_id, watermark) -> list[Q]:
-    """The three ways a note waits for a session (SPEC §3.4), one per partial index.
-
-    Kept apart so that each can be asked on its own: an OR across them leads
-    both planners to scan one partial index whole and filter, which grows
-    with the stored notes. Arguments are values or ``OuterRef``s.
-    """
-    return [
-        Q(delivered_at__isnull=True, bound_session_id=session_pk),
-        Q(delivered_at__isnull=True, bound_session__isnull=True, recipient_id=name_id),
-        Q(delivered_at__isnull=True, next_workspace_id=workspace_id, id__lte=watermark)
-        & ~Q(sender_session_id=session_pk),
-    ]
-
-
-def _session_branches(session: Session) -> list[Q]:
-    return _pending_branches(
-        session.pk, session.name_id, session.workspace_id, session.notes_watermark
-    )
-
-
-def _pending_q(session: Session) -> Q:
-    """Notes pending for ``session``, as one filter."""
-    first, *rest = _session_branches(session)
-    for branch in rest:
-        first |= branch
-    return first
-
-
-def pending_exists() -> Q:
-    """Whether notes wait for the session row of the outer query.
-
-    Authentication asks this in the same query that finds the session, so a
-    call with nothing pending (nearly every call) needs no query of its own
-    for the piggyback: see ``notes_claim``.
-    """
-    refs = (OuterRef("pk"), OuterRef("name_id"), OuterRef("workspace_id"))
-    branches = _pending_branches(*refs, OuterRef("notes_watermark"))
-    first, *rest = [Exists(Note.objects.filter(branch)) for branch in branches]
-    for exists in rest:
-        first |= exists
-    return first
-
-
-def notes_claim(session: Session) -> list[Note]:
-    """Deliver every pending note to ``session``, exactly once, oldest first.
-
-    Authentication leaves ``session.notes_maybe_pending``; when it says
-    nothing was pending a moment ago, the first claim of the request is
-    skipped (a note committed in between is delivered by the next call, as
-    if it had come a moment later). Otherwise a conditional UPDATE stamps a
-    fresh claim token on the rows that are still undelivered; of several
-    racing claimers each row goes to whichever UPDATE reaches it first
-    (PostgreSQL re-checks ``delivered_at IS NULL`` after waiting on the row
-    lock; SQLite runs writers one at a time), and each claimer reads back
-    only the rows carrying its own token.
-    """
-    if not getattr(session, "notes_maybe_pending", True):
-        session.notes_maybe_pending = True  # a hint for one claim, not for the request
-        return []
-    first, *rest = [
-        Note.objects.filter(branch).order_by().values_list("id", flat=True)
-        for branch in _session_branches(session)
-    ]
-    candidate_ids = list(first.union(*rest).order_by("id")[:MAX_CLAIM])
-    if not candidate_ids:
-        return []
-    pause_point("claim.candidates")
-    claim = secrets.token_hex(16)
-    now = timezone.now()
-    claimed = Note.objects.filter(_pending_q(session), id__in=candidate_ids).update(
-        delivered_to=session, delivered_at=now, claim=claim
-    )
-    if not claimed:
-        return []
-    # Counted once the claim is committed: a caller's transaction that rolls
-    # back leaves the notes pending, and uncounted.
-    transaction.on_commit(lambda: metrics.NOTES_DELIVERED.inc(claimed))
-    notes = list(
-        Note.objects.filter(claim=claim)
-        .select_related(
-            "conversation",
-            "recipient",
-            "next_workspace",
-            "sender_name__workspace__project",
-        )
-        .order_by("id")
-    )
-    # Whoever receives a "next" note joins its thread, so that it can reply.
-    next_conversations = {n.conversation_id for n in notes if n.next_workspace_id}
-    if next_conversations:
-        Participant.objects.bulk_create(
-            [Participant(conversation_id=c, name_id=session.name_id) for c in next_conversations],
-            ignore_conflicts=True,
-        )
-    return notes
-
-
-def notes_wait(session: Session, *, wait: float) -> list[Note]:
-    """Claim pending notes, holding up to ``wait`` seconds until one arrives.
-
-    Waiting follows the one rule of ``mailbox/wakeups.py``: woken by the
-    commit of a note for the session, from any process or host, no query
-    while nothing happens, no transaction held; a newer waiting call of the
-    session (notes, room or activity) makes this one answer with no notes,
-    and a process whose waiting places are all taken answers at once.
-    """
-    return wakeups.wait_for(
-        session,
-        lambda: notes_claim(session) or None,
-        seconds=wait,
-        idle=list,
-        topics=wakeups.session_topics(session),
-    )
-
-
-def notes_unbind(session_ids: list[int]) -> None:
-    """Bound notes of ended sessions fall back to their name: none is stranded."""
-    Note.objects.filter(bound_session_id__in=session_ids, delivered_at__isnull=True).update(
-        bound_session=None
-    )
 
 
 # --- moderation -------------------------------------------------------------------

@@ -31,7 +31,7 @@ from mailbox import credentials
 from mailbox.errors import InvalidName, KeyRevoked, NameInUse, NameTaken, WorkspaceNotFound
 from mailbox.models import AgentName, McpSession, Note, ProjectKey, Session, Workspace
 from mailbox.services.audit import audit_record
-from mailbox.services.notes import notes_unbind
+from mailbox.services.delivery import notes_unbind
 
 _HANDLE_RE = re.compile(limits.HANDLE_PATTERN)
 
