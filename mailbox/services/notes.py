@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -12,6 +14,7 @@ from common import metrics, wake
 from common.bodies import body_prepare, idempotency_key_check
 from common.errors import ValidationFailed
 from common.pause import pause_point
+from common.prepared import Prepared, PreparedInsert, concrete_attnames, instances_from_row
 from mailbox import wakeups
 from mailbox.errors import (
     ConversationExhausted,
@@ -31,6 +34,7 @@ from mailbox.models import (
     Participant,
     Project,
     Session,
+    Workspace,
 )
 from mailbox.selectors import optin_allows
 from mailbox.services.audit import audit_record, reason_check
@@ -163,20 +167,27 @@ def _store(
     # replies into one thread; on SQLite the IMMEDIATE transaction does.
     # Durable: inside a caller's transaction the note would be invisible (and
     # its locks held) until the caller commits.
-    with transaction.atomic(durable=True):
+    # One cursor for the note's own statements, as a send does.
+    with transaction.atomic(durable=True), connection.cursor() as cursor:
         now = timezone.now()
-        if conversation_id is None:
-            addressee = _resolve_addressee(session, to if to is not None else NEXT)
+        new_thread = conversation_id is None
+        if new_thread:
+            addressee = _resolve_addressee(session, to if to is not None else NEXT, cursor)
             _check_may_send(session, addressee, conversation=None)
-            conversation = Conversation.objects.create(
-                cap=_cap_for(sender_project, addressee), created_at=now, last_note_at=now
+            # Inserted with its first note counted: no UPDATE follows.
+            conversation = Conversation(
+                cap=_cap_for(sender_project, addressee),
+                notes_count=1,
+                created_at=now,
+                last_note_at=now,
             )
+            _insert_conversation.insert(conversation, cursor=cursor)
         else:
             conversation = _conversation_for_reply(session, conversation_id)
             if to is None:
                 addressee = _the_other_participant(session, conversation)
             else:
-                addressee = _resolve_addressee(session, to)
+                addressee = _resolve_addressee(session, to, cursor)
             _check_may_send(session, addressee, conversation=conversation)
             if conversation.locked_at is not None:
                 raise ConversationLocked()
@@ -185,23 +196,15 @@ def _store(
                     details={"cap": conversation.cap, "conversation_id": conversation.public_id}
                 )
 
-        bound = None
+        bound_id = None
         if addressee.is_next:
             delivery = Note.Delivery.NEXT
         else:
-            # Locked until commit: a session_end racing this note waits here, and
-            # its unbinding (a later statement) then sees the note; one that
-            # committed first makes PostgreSQL re-check ended_at and skip the row.
-            bound = (
-                Session.objects.connected(now)
-                .select_for_update()
-                .filter(name=addressee.name)
-                .first()
-            )
-            delivery = Note.Delivery.SESSION if bound is not None else Note.Delivery.NAME
+            bound_id = _connected_session_id(addressee.name.pk, now, cursor)
+            delivery = Note.Delivery.SESSION if bound_id is not None else Note.Delivery.NAME
 
-        position = conversation.notes_count + 1
-        note = Note.objects.create(
+        position = 1 if new_thread else conversation.notes_count + 1
+        note = Note(
             conversation=conversation,
             position=position,
             sender_name=session.name,
@@ -212,16 +215,32 @@ def _store(
             created_at=now,
             idempotency_key=idempotency_key,
             delivery=delivery,
-            bound_session=bound,
+            bound_session_id=bound_id,
         )
-        Conversation.objects.filter(pk=conversation.pk).update(
-            notes_count=F("notes_count") + 1, last_note_at=now
-        )
-        conversation.notes_count = position
-        conversation.last_note_at = now
-        _add_participant(conversation, session.name, wrote=True)
-        if addressee.name is not None:
-            _add_participant(conversation, addressee.name, wrote=False)
+        _insert_note.insert(note, cursor=cursor)
+        if new_thread:
+            # Nobody else knows the thread yet: its participants are inserted
+            # outright, the sender as having written.
+            names = [session.name]
+            if addressee.name is not None and addressee.name.pk != session.name_id:
+                names.append(addressee.name)
+            for name in names:
+                participant = Participant(
+                    conversation=conversation,
+                    name=name,
+                    joined_at=now,
+                    has_written=name is session.name,
+                )
+                _insert_participant.insert(participant, cursor=cursor)
+        else:
+            Conversation.objects.filter(pk=conversation.pk).update(
+                notes_count=F("notes_count") + 1, last_note_at=now
+            )
+            conversation.notes_count = position
+            conversation.last_note_at = now
+            _add_participant(conversation, session.name, wrote=True)
+            if addressee.name is not None:
+                _add_participant(conversation, addressee.name, wrote=False)
         wake.publish(wakeups.note_topics(note))
         pause_point("note.stored")
 
@@ -232,23 +251,65 @@ def _store(
     return NoteLeft(note=note, delivery=delivery, exchanges_left=conversation.exchanges_left)
 
 
-def _resolve_addressee(session: Session, to: str) -> _Addressee:
+# Every note to a name runs these; their SQL is built once per process
+# (common.prepared). The mailbox's models have no signal receivers.
+_insert_conversation = PreparedInsert(Conversation)
+_insert_note = PreparedInsert(Note)
+_insert_participant = PreparedInsert(Participant)
+_ADDRESSEE_MODELS = (AgentName, Workspace, Project)
+# Locked until commit (the name's row only, not its workspace's or
+# project's): names_free, which may delete a generated name nobody relies
+# on, then waits for this note and sees it, or this look waits for the
+# freeing and finds no such name (see there). FOR NO KEY UPDATE leaves
+# other writers' foreign-key checks on the name unblocked.
+_name_for_note = Prepared(
+    lambda handle: (
+        AgentName.objects.select_for_update(no_key=True, of=("self",))
+        .filter(handle=handle)
+        .order_by()
+        .values_list(
+            *concrete_attnames(AgentName),
+            *(f"workspace__{f}" for f in concrete_attnames(Workspace)),
+            *(f"workspace__project__{f}" for f in concrete_attnames(Project)),
+        )
+    ),
+    params=["handle"],
+)
+# Locked until commit: a session_end racing this note waits here, and its
+# unbinding (a later statement) then sees the note; one that committed first
+# makes PostgreSQL re-check ended_at and skip the row. A name has one open
+# session at most (a partial unique index); whether it is still connected
+# is read from the row.
+_open_session_of_name = Prepared(
+    lambda name_id: (
+        Session.objects.select_for_update()
+        .filter(name_id=name_id, ended_at__isnull=True)
+        .order_by()
+        .values_list("id", "last_seen_at")
+    ),
+    params=["name_id"],
+)
+
+
+def _resolve_addressee(session: Session, to: str, cursor) -> _Addressee:
     if to == NEXT:
         return _Addressee(name=None)
-    # Locked until commit (the name's row only, not its workspace's or
-    # project's): names_free, which may delete a generated name nobody
-    # relies on, then waits for this note and sees it, or this look waits
-    # for the freeing and finds no such name (see there). FOR NO KEY UPDATE
-    # leaves other writers' foreign-key checks on the name unblocked.
-    name = (
-        AgentName.objects.select_related("workspace__project")
-        .select_for_update(no_key=True, of=("self",))
-        .filter(handle=to)
-        .first()
-    )
-    if name is None:
+    rows = _name_for_note.rows(cursor=cursor, handle=to)
+    if not rows:
         raise RecipientNotFound(f"No agent is named {to!r}.", details={"to": to})
+    name, workspace, project = instances_from_row(rows[0], *_ADDRESSEE_MODELS)
+    workspace.project = project
+    name.workspace = workspace
     return _Addressee(name=name)
+
+
+def _connected_session_id(name_id: int, now, cursor) -> int | None:
+    """The name's connected session, locked until commit, to bind the note to."""
+    threshold = now - timedelta(seconds=settings.PLUMB_SESSION_TTL)
+    for session_id, last_seen_at in _open_session_of_name.rows(cursor=cursor, name_id=name_id):
+        if last_seen_at >= threshold:
+            return session_id
+    return None
 
 
 def _check_may_send(
