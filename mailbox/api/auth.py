@@ -94,6 +94,30 @@ def session_for_prefix(prefix: str) -> Session | None:
     return session
 
 
+_key_by_prefix = Prepared(
+    lambda prefix: (
+        ProjectKey.objects.filter(prefix=prefix)
+        .order_by()
+        .values_list(
+            *concrete_attnames(ProjectKey),
+            *(f"project__{f}" for f in concrete_attnames(Project)),
+        )
+    ),
+    params=["prefix"],
+)
+
+
+def key_for_prefix(prefix: str) -> ProjectKey | None:
+    """The project key with its project: every session start begins here, so it is
+    one query, compiled once."""
+    rows = _key_by_prefix.rows(prefix=prefix)
+    if not rows:
+        return None
+    key, project = instances_from_row(rows[0], ProjectKey, Project)
+    key.project = project
+    return key
+
+
 def session_for_mcp_session_id(mcp_session_id: str, *, project: Project) -> Session | None:
     """The session an ``Mcp-Session-Id`` of ``project`` names, ended or not; else None.
 
@@ -158,7 +182,7 @@ class ProjectKeyAuthentication(authentication.BaseAuthentication):
             return None
         if parsed.kind != credentials.PROJECT_KEY:
             raise _fail("project_key_required", "Starting a session needs a project key.")
-        key = ProjectKey.objects.select_related("project").filter(prefix=parsed.prefix).first()
+        key = key_for_prefix(parsed.prefix)
         if key is None or not credentials.matches(parsed.raw, key.key_hash):
             raise _unknown(request, "The project key is not known.")
         if key.revoked_at is not None:
