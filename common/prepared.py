@@ -216,6 +216,7 @@ class PreparedUpdate:
 
     ``where`` is an optional condition on the row, written with column names
     and ``%s`` (for example ``"read_seq" < %s``), for conditional updates.
+    ``update_in`` updates the rows of several keys at once (``pk IN (...)``).
     ``cursor`` is as for ``PreparedInsert``.
     """
 
@@ -223,32 +224,46 @@ class PreparedUpdate:
         self._model = model
         self._fields = [model._meta.get_field(name) for name in fields]
         self._where = where
-        self._compiled: dict[str, tuple[str, list[tuple[Field, str, tuple[type, ...]]]]] = {}
+        self._compiled: dict[str, tuple[str, str, list[tuple[Field, str, tuple[type, ...]]]]] = {}
 
     def update(
         self, pk: Any, *where_params: Any, using: str = "default", cursor=None, **values: Any
     ) -> int:
+        return self._run([pk], where_params, using, cursor, values)
+
+    def update_in(
+        self,
+        pks: Sequence[Any],
+        *where_params: Any,
+        using: str = "default",
+        cursor=None,
+        **values: Any,
+    ) -> int:
+        if not pks:
+            return 0
+        return self._run(pks, where_params, using, cursor, values)
+
+    def _run(self, pks, where_params, using: str, cursor, values: dict[str, Any]) -> int:
         connection = connections[using]
         compiled = self._compiled.get(using)
         if compiled is None:
             quote = connection.ops.quote_name
             meta = self._model._meta
             assignments = ", ".join(f"{quote(f.column)} = %s" for f in self._fields)
-            extra = f" AND {self._where}" if self._where else ""
-            sql = (
-                f"UPDATE {quote(meta.db_table)} SET {assignments} "
-                f"WHERE {quote(meta.pk.column)} = %s{extra}"
-            )
+            head = f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)}"
+            tail = f" AND {self._where}" if self._where else ""
             plan = [(f, f.attname, _as_is_types(f, connection)) for f in self._fields]
-            compiled = self._compiled[using] = (sql, plan)
-        sql, plan = compiled
+            compiled = self._compiled[using] = (head, tail, plan)
+        head, tail, plan = compiled
+        keys = " = %s" if len(pks) == 1 else f" IN ({', '.join(['%s'] * len(pks))})"
+        sql = head + keys + tail
         params = []
         for f, attname, as_is in plan:
             value = values[attname]
             if type(value) not in as_is:
                 value = f.get_db_prep_save(value, connection)
             params.append(value)
-        params += [pk, *where_params]
+        params += [*pks, *where_params]
         if cursor is None:
             with connection.cursor() as cursor:
                 cursor.execute(sql, params)

@@ -7,6 +7,7 @@ API shows names (``display_name_visible``) and how transcripts mark them.
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 import regex
@@ -33,9 +34,11 @@ def normalize_handle(text: str) -> str:
     return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
 
 
+@functools.lru_cache(maxsize=4096)
 def visible(text: str) -> str:
     """Write invisible, bidi-control and control characters as ``<U+200B>``.
 
     Used for ``display_name_visible``, so that a reader can see what a display name hides.
+    Cached: a page of 50 events shows the same few names a hundred times.
     """
     return _HIDDEN.sub(lambda match: f"<U+{ord(match.group()):04X}>", text)

@@ -6,14 +6,11 @@ it leaves by. ``rooms.api.serializers`` declares the same fields for the
 OpenAPI schema and returns these dicts.
 """
 
-from datetime import UTC, datetime
-
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
-from rest_framework.settings import api_settings
 
 from common.text import visible
-from mailbox.representation import notes_json
+from mailbox.representation import notes_json, timestamp
 from rooms.models import Event, Message
 
 # --- representations -------------------------------------------------------------
@@ -21,11 +18,6 @@ from rooms.models import Event, Message
 # nested serializer per event) cost most of a page read. The serializers below
 # declare the same fields for the OpenAPI schema and return these dicts;
 # tests/rooms/test_representation.py holds the two to the same keys and values.
-
-
-def _timestamp(value: datetime) -> str:
-    """DRF's DateTimeField output here (TIME_ZONE is UTC), minus its time-zone lookup."""
-    return value.astimezone(UTC).strftime(api_settings.DATETIME_FORMAT)
 
 
 def person_json(handle: str, display_name: str) -> dict:
@@ -47,7 +39,7 @@ def message_json(message: Message) -> dict:
         "reply_to": message.reply_to.public_id if message.reply_to_id else None,
         # Recomputed from handle and display name, as PersonSerializer does.
         "mentions": [person_json(m["handle"], m["display_name"]) for m in message.mentions],
-        "created_at": _timestamp(message.created_at),
+        "created_at": timestamp(message.created_at),
         "hidden": hidden,
     }
 
@@ -78,7 +70,7 @@ def event_json(event: Event) -> dict:
     return {
         "seq": event.seq,
         "kind": kind,
-        "created_at": _timestamp(event.created_at),
+        "created_at": timestamp(event.created_at),
         "actor": (
             person_json(event.actor.handle, event.actor_display_name)
             if event.actor_id is not None

@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import (
     Case,
     Expression,
+    FilteredRelation,
     IntegerField,
     OuterRef,
     Q,
@@ -18,7 +19,8 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from common import limits
-from mailbox.models import Session
+from common.prepared import Prepared, concrete_attnames, instances_from_row
+from mailbox.models import Project, Session
 from rooms.errors import MessageNotFound, NotAMember, RoomNotFound
 from rooms.models import Event, Member, Message, MessageMention, Room
 
@@ -116,14 +118,38 @@ def room_get_for_session(session: Session, slug: str) -> Room:
     return room
 
 
+# Every read of a room's events starts here: one query, compiled once per
+# process (common.prepared), for the room, its project and the caller's
+# current membership.
+_room_and_member = Prepared(
+    lambda slug, name_id: (
+        Room.objects.annotate(
+            me=FilteredRelation(
+                "members", condition=Q(members__name_id=name_id, members__left_at__isnull=True)
+            )
+        )
+        .filter(slug=slug)
+        .order_by()
+        .values_list(
+            *concrete_attnames(Room),
+            *(f"project__{f}" for f in concrete_attnames(Project)),
+            *(f"me__{f}" for f in concrete_attnames(Member)),
+        )
+    ),
+    params=["slug", "name_id"],
+)
+
+
 def member_get_for_session(session: Session, slug: str) -> tuple[Room, Member]:
     """The room and the caller's current membership; ``not_a_member`` otherwise."""
-    room = Room.objects.select_related("project").filter(slug=slug).first()
-    if room is None:
+    rows = _room_and_member.rows(slug=slug, name_id=session.name_id)
+    if not rows:
         raise RoomNotFound(f"No room is named {slug!r}.")
-    member = Member.objects.filter(room=room, name_id=session.name_id, left_at__isnull=True).first()
-    if member is None:
+    room, project, member = instances_from_row(rows[0], Room, Project, Member)
+    if member.pk is None:
         raise NotAMember()
+    room.project = project
+    member.room = room
     return room, member
 
 
@@ -217,26 +243,6 @@ def unread_rooms_for_session(session: Session, *, limit: int = limits.LIST_MAX) 
         .order_by("room__slug")
     )
     return list(members[:limit])
-
-
-def events_page(
-    room: Room, *, after_seq: int, limit: int, kinds: list[str] | None
-) -> tuple[list[Event], bool]:
-    events = Event.objects.filter(room=room, seq__gt=after_seq)
-    if kinds:
-        events = events.filter(kind__in=kinds)
-    # The room is known (and every event's message is in it), so it is not
-    # joined in twice per row: that built two Room objects per event.
-    page = list(
-        events.select_related("actor", "message__author", "message__reply_to").order_by("seq")[
-            : limit + 1
-        ]
-    )
-    for event in page:
-        event.room = room
-        if event.message_id is not None:
-            event.message.room = room
-    return page[:limit], len(page) > limit
 
 
 def mentions_for_session(

@@ -26,7 +26,7 @@ from mailbox import credentials
 from mailbox.api.throttles import AuthFailureThrottle
 from mailbox.models import AgentName, Project, ProjectKey, Session, Workspace
 from mailbox.services import key_touch, session_touch
-from mailbox.services.notes import pending_exists
+from mailbox.services.delivery import pending_exists
 
 REALM = 'Bearer realm="plumb"'
 
@@ -92,6 +92,30 @@ def session_for_prefix(prefix: str) -> Session | None:
     session.workspace = workspace
     session.notes_maybe_pending = bool(rows[0][-1])
     return session
+
+
+_key_by_prefix = Prepared(
+    lambda prefix: (
+        ProjectKey.objects.filter(prefix=prefix)
+        .order_by()
+        .values_list(
+            *concrete_attnames(ProjectKey),
+            *(f"project__{f}" for f in concrete_attnames(Project)),
+        )
+    ),
+    params=["prefix"],
+)
+
+
+def key_for_prefix(prefix: str) -> ProjectKey | None:
+    """The project key with its project: every session start begins here, so it is
+    one query, compiled once."""
+    rows = _key_by_prefix.rows(prefix=prefix)
+    if not rows:
+        return None
+    key, project = instances_from_row(rows[0], ProjectKey, Project)
+    key.project = project
+    return key
 
 
 def session_for_mcp_session_id(mcp_session_id: str, *, project: Project) -> Session | None:
@@ -174,7 +198,7 @@ class ProjectKeyAuthentication(authentication.BaseAuthentication):
             return None
         if parsed.kind != credentials.PROJECT_KEY:
             raise _fail("project_key_required", "Starting a session needs a project key.")
-        key = ProjectKey.objects.select_related("project").filter(prefix=parsed.prefix).first()
+        key = key_for_prefix(parsed.prefix)
         project_key_check(request, parsed, key)
         return key, key
 

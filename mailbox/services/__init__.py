@@ -2,12 +2,13 @@
 
 ``audit`` (the trail and the one rule for reasons), ``identity`` (projects,
 workspaces, opt-ins), ``keys``, ``sessions`` (and names), ``bootstrap``,
-``mcp_sessions`` (the MCP door's session ids) and ``notes`` (leaving,
-delivering and locking threads).
+``mcp_sessions`` (the MCP door's session ids), ``notes`` (leaving
+notes, locking threads) and ``delivery`` (claiming them).
 """
 
 from mailbox.services.audit import audit_record
 from mailbox.services.bootstrap import Bootstrapped, site_bootstrap
+from mailbox.services.delivery import notes_claim, notes_wait
 from mailbox.services.identity import (
     optin_grant,
     optin_revoke,
@@ -18,14 +19,7 @@ from mailbox.services.identity import (
 )
 from mailbox.services.keys import IssuedKey, key_create, key_find, key_revoke, key_touch
 from mailbox.services.mcp_sessions import OpenedMcpSession, mcp_session_open
-from mailbox.services.notes import (
-    NoteLeft,
-    conversation_lock,
-    conversation_unlock,
-    note_leave,
-    notes_claim,
-    notes_wait,
-)
+from mailbox.services.notes import NoteLeft, conversation_lock, conversation_unlock, note_leave
 from mailbox.services.sessions import (
     StartedSession,
     handle_check,

@@ -1,18 +1,20 @@
-"""Leaving notes and delivering them exactly once (SPEC §3.2 to §3.4)."""
+"""Leaving notes (SPEC §3.2, §3.3) and locking threads; delivery is in ``delivery``."""
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass, field
+from datetime import timedelta
 
-from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from common import metrics, wake
 from common.bodies import body_prepare, idempotency_key_check
 from common.errors import ValidationFailed
 from common.pause import pause_point
+from common.prepared import Prepared, PreparedInsert, concrete_attnames, instances_from_row
 from mailbox import wakeups
 from mailbox.errors import (
     ConversationExhausted,
@@ -32,13 +34,12 @@ from mailbox.models import (
     Participant,
     Project,
     Session,
+    Workspace,
 )
 from mailbox.selectors import optin_allows
 from mailbox.services.audit import audit_record, reason_check
 
 NEXT = "next"
-# Notes handed out by one response at most; the rest follow on the next call.
-MAX_CLAIM = 500
 
 
 @dataclass
@@ -166,20 +167,27 @@ def _store(
     # replies into one thread; on SQLite the IMMEDIATE transaction does.
     # Durable: inside a caller's transaction the note would be invisible (and
     # its locks held) until the caller commits.
-    with transaction.atomic(durable=True):
+    # One cursor for the note's own statements, as a send does.
+    with transaction.atomic(durable=True), connection.cursor() as cursor:
         now = timezone.now()
-        if conversation_id is None:
-            addressee = _resolve_addressee(session, to if to is not None else NEXT)
+        new_thread = conversation_id is None
+        if new_thread:
+            addressee = _resolve_addressee(session, to if to is not None else NEXT, cursor)
             _check_may_send(session, addressee, conversation=None)
-            conversation = Conversation.objects.create(
-                cap=_cap_for(sender_project, addressee), created_at=now, last_note_at=now
+            # Inserted with its first note counted: no UPDATE follows.
+            conversation = Conversation(
+                cap=_cap_for(sender_project, addressee),
+                notes_count=1,
+                created_at=now,
+                last_note_at=now,
             )
+            _insert_conversation.insert(conversation, cursor=cursor)
         else:
             conversation = _conversation_for_reply(session, conversation_id)
             if to is None:
                 addressee = _the_other_participant(session, conversation)
             else:
-                addressee = _resolve_addressee(session, to)
+                addressee = _resolve_addressee(session, to, cursor)
             _check_may_send(session, addressee, conversation=conversation)
             if conversation.locked_at is not None:
                 raise ConversationLocked()
@@ -188,23 +196,15 @@ def _store(
                     details={"cap": conversation.cap, "conversation_id": conversation.public_id}
                 )
 
-        bound = None
+        bound_id = None
         if addressee.is_next:
             delivery = Note.Delivery.NEXT
         else:
-            # Locked until commit: a session_end racing this note waits here, and
-            # its unbinding (a later statement) then sees the note; one that
-            # committed first makes PostgreSQL re-check ended_at and skip the row.
-            bound = (
-                Session.objects.connected(now)
-                .select_for_update()
-                .filter(name=addressee.name)
-                .first()
-            )
-            delivery = Note.Delivery.SESSION if bound is not None else Note.Delivery.NAME
+            bound_id = _connected_session_id(addressee.name.pk, now, cursor)
+            delivery = Note.Delivery.SESSION if bound_id is not None else Note.Delivery.NAME
 
-        position = conversation.notes_count + 1
-        note = Note.objects.create(
+        position = 1 if new_thread else conversation.notes_count + 1
+        note = Note(
             conversation=conversation,
             position=position,
             sender_name=session.name,
@@ -215,16 +215,32 @@ def _store(
             created_at=now,
             idempotency_key=idempotency_key,
             delivery=delivery,
-            bound_session=bound,
+            bound_session_id=bound_id,
         )
-        Conversation.objects.filter(pk=conversation.pk).update(
-            notes_count=F("notes_count") + 1, last_note_at=now
-        )
-        conversation.notes_count = position
-        conversation.last_note_at = now
-        _add_participant(conversation, session.name, wrote=True)
-        if addressee.name is not None:
-            _add_participant(conversation, addressee.name, wrote=False)
+        _insert_note.insert(note, cursor=cursor)
+        if new_thread:
+            # Nobody else knows the thread yet: its participants are inserted
+            # outright, the sender as having written.
+            names = [session.name]
+            if addressee.name is not None and addressee.name.pk != session.name_id:
+                names.append(addressee.name)
+            for name in names:
+                participant = Participant(
+                    conversation=conversation,
+                    name=name,
+                    joined_at=now,
+                    has_written=name is session.name,
+                )
+                _insert_participant.insert(participant, cursor=cursor)
+        else:
+            Conversation.objects.filter(pk=conversation.pk).update(
+                notes_count=F("notes_count") + 1, last_note_at=now
+            )
+            conversation.notes_count = position
+            conversation.last_note_at = now
+            _add_participant(conversation, session.name, wrote=True)
+            if addressee.name is not None:
+                _add_participant(conversation, addressee.name, wrote=False)
         wake.publish(wakeups.note_topics(note))
         pause_point("note.stored")
 
@@ -235,23 +251,65 @@ def _store(
     return NoteLeft(note=note, delivery=delivery, exchanges_left=conversation.exchanges_left)
 
 
-def _resolve_addressee(session: Session, to: str) -> _Addressee:
+# Every note to a name runs these; their SQL is built once per process
+# (common.prepared). The mailbox's models have no signal receivers.
+_insert_conversation = PreparedInsert(Conversation)
+_insert_note = PreparedInsert(Note)
+_insert_participant = PreparedInsert(Participant)
+_ADDRESSEE_MODELS = (AgentName, Workspace, Project)
+# Locked until commit (the name's row only, not its workspace's or
+# project's): names_free, which may delete a generated name nobody relies
+# on, then waits for this note and sees it, or this look waits for the
+# freeing and finds no such name (see there). FOR NO KEY UPDATE leaves
+# other writers' foreign-key checks on the name unblocked.
+_name_for_note = Prepared(
+    lambda handle: (
+        AgentName.objects.select_for_update(no_key=True, of=("self",))
+        .filter(handle=handle)
+        .order_by()
+        .values_list(
+            *concrete_attnames(AgentName),
+            *(f"workspace__{f}" for f in concrete_attnames(Workspace)),
+            *(f"workspace__project__{f}" for f in concrete_attnames(Project)),
+        )
+    ),
+    params=["handle"],
+)
+# Locked until commit: a session_end racing this note waits here, and its
+# unbinding (a later statement) then sees the note; one that committed first
+# makes PostgreSQL re-check ended_at and skip the row. A name has one open
+# session at most (a partial unique index); whether it is still connected
+# is read from the row.
+_open_session_of_name = Prepared(
+    lambda name_id: (
+        Session.objects.select_for_update()
+        .filter(name_id=name_id, ended_at__isnull=True)
+        .order_by()
+        .values_list("id", "last_seen_at")
+    ),
+    params=["name_id"],
+)
+
+
+def _resolve_addressee(session: Session, to: str, cursor) -> _Addressee:
     if to == NEXT:
         return _Addressee(name=None)
-    # Locked until commit (the name's row only, not its workspace's or
-    # project's): names_free, which may delete a generated name nobody
-    # relies on, then waits for this note and sees it, or this look waits
-    # for the freeing and finds no such name (see there). FOR NO KEY UPDATE
-    # leaves other writers' foreign-key checks on the name unblocked.
-    name = (
-        AgentName.objects.select_related("workspace__project")
-        .select_for_update(no_key=True, of=("self",))
-        .filter(handle=to)
-        .first()
-    )
-    if name is None:
+    rows = _name_for_note.rows(cursor=cursor, handle=to)
+    if not rows:
         raise RecipientNotFound(f"No agent is named {to!r}.", details={"to": to})
+    name, workspace, project = instances_from_row(rows[0], *_ADDRESSEE_MODELS)
+    workspace.project = project
+    name.workspace = workspace
     return _Addressee(name=name)
+
+
+def _connected_session_id(name_id: int, now, cursor) -> int | None:
+    """The name's connected session, locked until commit, to bind the note to."""
+    threshold = now - timedelta(seconds=settings.PLUMB_SESSION_TTL)
+    for session_id, last_seen_at in _open_session_of_name.rows(cursor=cursor, name_id=name_id):
+        if last_seen_at >= threshold:
+            return session_id
+    return None
 
 
 def _check_may_send(
@@ -320,132 +378,6 @@ def _add_participant(conversation: Conversation, name: AgentName, *, wrote: bool
     participant, _ = Participant.objects.get_or_create(conversation=conversation, name=name)
     if wrote and not participant.has_written:
         Participant.objects.filter(pk=participant.pk).update(has_written=True)
-
-
-# --- delivery ------------------------------------------------------------------
-
-
-def _pending_branches(session_pk, name_id, workspace_id, watermark) -> list[Q]:
-    """The three ways a note waits for a session (SPEC §3.4), one per partial index.
-
-    Kept apart so that each can be asked on its own: an OR across them leads
-    both planners to scan one partial index whole and filter, which grows
-    with the stored notes. Arguments are values or ``OuterRef``s.
-    """
-    return [
-        Q(delivered_at__isnull=True, bound_session_id=session_pk),
-        Q(delivered_at__isnull=True, bound_session__isnull=True, recipient_id=name_id),
-        Q(delivered_at__isnull=True, next_workspace_id=workspace_id, id__lte=watermark)
-        & ~Q(sender_session_id=session_pk),
-    ]
-
-
-def _session_branches(session: Session) -> list[Q]:
-    return _pending_branches(
-        session.pk, session.name_id, session.workspace_id, session.notes_watermark
-    )
-
-
-def _pending_q(session: Session) -> Q:
-    """Notes pending for ``session``, as one filter."""
-    first, *rest = _session_branches(session)
-    for branch in rest:
-        first |= branch
-    return first
-
-
-def pending_exists() -> Q:
-    """Whether notes wait for the session row of the outer query.
-
-    Authentication asks this in the same query that finds the session, so a
-    call with nothing pending (nearly every call) needs no query of its own
-    for the piggyback: see ``notes_claim``.
-    """
-    refs = (OuterRef("pk"), OuterRef("name_id"), OuterRef("workspace_id"))
-    branches = _pending_branches(*refs, OuterRef("notes_watermark"))
-    first, *rest = [Exists(Note.objects.filter(branch)) for branch in branches]
-    for exists in rest:
-        first |= exists
-    return first
-
-
-def notes_claim(session: Session) -> list[Note]:
-    """Deliver every pending note to ``session``, exactly once, oldest first.
-
-    Authentication leaves ``session.notes_maybe_pending``; when it says
-    nothing was pending a moment ago, the first claim of the request is
-    skipped (a note committed in between is delivered by the next call, as
-    if it had come a moment later). Otherwise a conditional UPDATE stamps a
-    fresh claim token on the rows that are still undelivered; of several
-    racing claimers each row goes to whichever UPDATE reaches it first
-    (PostgreSQL re-checks ``delivered_at IS NULL`` after waiting on the row
-    lock; SQLite runs writers one at a time), and each claimer reads back
-    only the rows carrying its own token.
-    """
-    if not getattr(session, "notes_maybe_pending", True):
-        session.notes_maybe_pending = True  # a hint for one claim, not for the request
-        return []
-    first, *rest = [
-        Note.objects.filter(branch).order_by().values_list("id", flat=True)
-        for branch in _session_branches(session)
-    ]
-    candidate_ids = list(first.union(*rest).order_by("id")[:MAX_CLAIM])
-    if not candidate_ids:
-        return []
-    pause_point("claim.candidates")
-    claim = secrets.token_hex(16)
-    now = timezone.now()
-    claimed = Note.objects.filter(_pending_q(session), id__in=candidate_ids).update(
-        delivered_to=session, delivered_at=now, claim=claim
-    )
-    if not claimed:
-        return []
-    # Counted once the claim is committed: a caller's transaction that rolls
-    # back leaves the notes pending, and uncounted.
-    transaction.on_commit(lambda: metrics.NOTES_DELIVERED.inc(claimed))
-    notes = list(
-        Note.objects.filter(claim=claim)
-        .select_related(
-            "conversation",
-            "recipient",
-            "next_workspace",
-            "sender_name__workspace__project",
-        )
-        .order_by("id")
-    )
-    # Whoever receives a "next" note joins its thread, so that it can reply.
-    next_conversations = {n.conversation_id for n in notes if n.next_workspace_id}
-    if next_conversations:
-        Participant.objects.bulk_create(
-            [Participant(conversation_id=c, name_id=session.name_id) for c in next_conversations],
-            ignore_conflicts=True,
-        )
-    return notes
-
-
-def notes_wait(session: Session, *, wait: float) -> list[Note]:
-    """Claim pending notes, holding up to ``wait`` seconds until one arrives.
-
-    Waiting follows the one rule of ``mailbox/wakeups.py``: woken by the
-    commit of a note for the session, from any process or host, no query
-    while nothing happens, no transaction held; a newer waiting call of the
-    session (notes, room or activity) makes this one answer with no notes,
-    and a process whose waiting places are all taken answers at once.
-    """
-    return wakeups.wait_for(
-        session,
-        lambda: notes_claim(session) or None,
-        seconds=wait,
-        idle=list,
-        topics=wakeups.session_topics(session),
-    )
-
-
-def notes_unbind(session_ids: list[int]) -> None:
-    """Bound notes of ended sessions fall back to their name: none is stranded."""
-    Note.objects.filter(bound_session_id__in=session_ids, delivered_at__isnull=True).update(
-        bound_session=None
-    )
 
 
 # --- moderation -------------------------------------------------------------------

@@ -21,17 +21,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, models, transaction
-from django.db.models import Exists, Max, OuterRef, Q
+from django.db import IntegrityError, connection, models, transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from common import limits
 from common.pause import pause_point
+from common.prepared import Prepared, PreparedInsert, concrete_attnames, instances_from_row
 from mailbox import credentials
 from mailbox.errors import InvalidName, KeyRevoked, NameInUse, NameTaken, WorkspaceNotFound
-from mailbox.models import AgentName, McpSession, Note, ProjectKey, Session, Workspace
+from mailbox.models import AgentName, McpSession, Note, Project, ProjectKey, Session, Workspace
 from mailbox.services.audit import audit_record
-from mailbox.services.notes import notes_unbind
+from mailbox.services.delivery import notes_unbind
 
 _HANDLE_RE = re.compile(limits.HANDLE_PATTERN)
 
@@ -92,6 +93,50 @@ def handle_check(name: object, *, field: str = "name") -> str:
     return name
 
 
+# Every start runs these; their SQL is built once per process (common.prepared).
+_workspace_of_project = Prepared(
+    lambda project_id, slug: (
+        Workspace.objects.filter(project_id=project_id, slug=slug)
+        .order_by()
+        .values_list(
+            *concrete_attnames(Workspace),
+            *(f"project__{f}" for f in concrete_attnames(Project)),
+        )
+    ),
+    params=["project_id", "slug"],
+)
+_key_revoked_at = Prepared(
+    lambda pk: (
+        ProjectKey.objects.select_for_update().filter(pk=pk).order_by().values_list("revoked_at")
+    ),
+    params=["pk"],
+)
+_name_locked = Prepared(
+    lambda handle: (
+        AgentName.objects.select_for_update()
+        .filter(handle=handle)
+        .order_by()
+        .values_list(*concrete_attnames(AgentName))
+    ),
+    params=["handle"],
+)
+# A name has one open session at most (a partial unique index); one whose
+# holder went quiet is ended here. Locked until commit.
+_open_sessions = Prepared(
+    lambda name_id: (
+        Session.objects.select_for_update()
+        .filter(name_id=name_id, ended_at__isnull=True)
+        .order_by()
+        .values_list("id", "last_seen_at")
+    ),
+    params=["name_id"],
+)
+# The newest note so far: "next" notes up to it are not for the new session.
+_highest_note = Prepared(lambda: Note.objects.order_by("-id").values_list("id")[:1], params=[])
+_insert_name = PreparedInsert(AgentName)
+_insert_session = PreparedInsert(Session)
+
+
 @dataclass(frozen=True)
 class StartedSession:
     session: Session
@@ -126,13 +171,11 @@ def session_start(
     caller that must write beside the new session, all or nothing, passes
     ``on_started``, which runs inside that transaction.
     """
-    workspace = (
-        Workspace.objects.select_related("project")
-        .filter(project_id=project_key.project_id, slug=workspace_slug)
-        .first()
-    )
-    if workspace is None:
+    rows = _workspace_of_project.rows(project_id=project_key.project_id, slug=workspace_slug)
+    if not rows:
         raise WorkspaceNotFound(f"No workspace {workspace_slug!r} in this project.")
+    workspace, project = instances_from_row(rows[0], Workspace, Project)
+    workspace.project = project
     if name is not None:
         return _start_named(project_key, workspace, handle_check(name), on_started=on_started)
     # Names that are over make room before one is drawn: the short form
@@ -195,10 +238,11 @@ def _try_start_named(
     # One transaction per claim: on SQLite the IMMEDIATE transaction
     # serialises racing starts; on PostgreSQL the row lock on the name does,
     # and the partial unique index catches whatever slips past both.
-    with transaction.atomic(durable=True):
+    # One cursor for the start's own statements, as a send does.
+    with transaction.atomic(durable=True), connection.cursor() as cursor:
         now = timezone.now()  # read inside: BEGIN IMMEDIATE may have waited
-        _lock_active_key(project_key)
-        agent_name, created = _claim_name(workspace, handle, disposable=fresh_only)
+        _lock_active_key(project_key, cursor)
+        agent_name, created = _claim_name(workspace, handle, disposable=fresh_only, cursor=cursor)
         if not created and fresh_only:
             raise NameTaken()
         if agent_name.workspace_id != workspace.pk:
@@ -207,16 +251,15 @@ def _try_start_named(
             # Claimed by name: someone relies on it now, so it is never freed.
             AgentName.objects.filter(pk=agent_name.pk).update(disposable=False)
             agent_name.disposable = False
-        open_sessions = list(
-            Session.objects.select_for_update().filter(name=agent_name, ended_at__isnull=True)
-        )
-        if any(s.is_connected(now) for s in open_sessions):
+        open_sessions = [] if created else _open_sessions.rows(cursor=cursor, name_id=agent_name.pk)
+        threshold = now - timedelta(seconds=settings.PLUMB_SESSION_TTL)
+        if any(last_seen_at >= threshold for _, last_seen_at in open_sessions):
             raise NameInUse(f"The name {handle!r} is held by a connected session.")
         if open_sessions:
-            sessions_end([s.pk for s in open_sessions], now=now, reason=Session.EndReason.EXPIRED)
+            sessions_end([pk for pk, _ in open_sessions], now=now, reason=Session.EndReason.EXPIRED)
         token = credentials.generate(credentials.SESSION_TOKEN)
-        watermark = Note.objects.aggregate(highest=Max("id"))["highest"] or 0
-        session = Session.objects.create(
+        highest = _highest_note.rows(cursor=cursor)
+        session = Session(
             name=agent_name,
             workspace=workspace,
             project_key=project_key,
@@ -224,8 +267,9 @@ def _try_start_named(
             token_hash=token.digest,
             started_at=now,
             last_seen_at=now,
-            notes_watermark=watermark,
+            notes_watermark=highest[0][0] if highest else 0,
         )
+        _insert_session.insert(session, cursor=cursor)
         if on_started is not None:
             on_started(session)
         pause_point("session.started")
@@ -233,7 +277,7 @@ def _try_start_named(
     return StartedSession(session=session, token=token.raw)
 
 
-def _lock_active_key(project_key: ProjectKey) -> None:
+def _lock_active_key(project_key: ProjectKey, cursor) -> None:
     """Lock the key row until the start commits; ``key_revoked`` if it is revoked.
 
     Read inside the transaction, after the lock: the caller's copy of the key
@@ -242,25 +286,25 @@ def _lock_active_key(project_key: ProjectKey) -> None:
     takes only a KEY SHARE lock on the key row, which the revocation's
     UPDATE of ``revoked_at`` does not wait for.
     """
-    revoked_at = (
-        ProjectKey.objects.select_for_update()
-        .filter(pk=project_key.pk)
-        .values_list("revoked_at", flat=True)
-        .first()
-    )
-    if revoked_at is not None:
+    rows = _key_revoked_at.rows(cursor=cursor, pk=project_key.pk)
+    if rows and rows[0][0] is not None:
         raise KeyRevoked()
 
 
-def _claim_name(workspace: Workspace, handle: str, *, disposable: bool) -> tuple[AgentName, bool]:
+def _claim_name(
+    workspace: Workspace, handle: str, *, disposable: bool, cursor
+) -> tuple[AgentName, bool]:
     # The lock also orders a claim against names_free: a name being freed is
     # waited for, and then found gone (and created afresh) or still there.
-    existing = AgentName.objects.select_for_update().filter(handle=handle).first()
-    if existing is not None:
+    rows = _name_locked.rows(cursor=cursor, handle=handle)
+    if rows:
+        (existing,) = instances_from_row(rows[0], AgentName)
         return existing, False
-    with transaction.atomic():
-        name = AgentName.objects.create(handle=handle, workspace=workspace, disposable=disposable)
-        return name, True
+    # A racing insert of the same handle fails the unique constraint; the
+    # caller retries the whole start (_start_named), so no savepoint is needed.
+    name = AgentName(handle=handle, workspace=workspace, disposable=disposable)
+    _insert_name.insert(name, cursor=cursor)
+    return name, True
 
 
 def session_end(session: Session, *, actor: str = "") -> Session:

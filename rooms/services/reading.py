@@ -14,10 +14,10 @@ from mailbox import wakeups
 from mailbox.models import Session
 from rooms.errors import RoomNotFound
 from rooms.models import Event, Member, Room
+from rooms.pages import PageEvent, events_page
 from rooms.selectors import (
     UNREAD_KINDS,
     events_after_exist,
-    events_page,
     member_get_for_session,
 )
 from rooms.services.stream import current_member, room_topic
@@ -52,7 +52,7 @@ def read_advance(member: Member, seq: int) -> None:
 @dataclass
 class EventsRead:
     room: Room
-    events: list[Event]
+    events: list[PageEvent]
     has_more: bool
     read_seq: int
     latest_seq: int
@@ -123,7 +123,7 @@ def _read(
 
 
 def _received_up_to(
-    room: Room, name_id: int, seen: int, events: list[Event], kinds: list[str] | None
+    room: Room, name_id: int, seen: int, events: list[PageEvent], kinds: list[str] | None
 ) -> int:
     """How far the caller has now seen: never past a message it left out (SPEC §4.3).
 

@@ -143,6 +143,19 @@ def test_an_update_changes_only_the_rows_its_condition_allows(sessions):
     assert member.read_seq == 9
 
 
+def test_an_update_of_several_keys_changes_only_those_its_condition_allows(sessions):
+    for slug in ("a", "b", "c"):
+        room_create(sessions[0], slug=slug)
+    members = list(Member.objects.order_by("pk"))
+    Member.objects.filter(pk=members[1].pk).update(read_seq=7)
+    advance = PreparedUpdate(Member, ["read_seq"], where='"read_seq" < %s')
+
+    assert advance.update_in([], 5, read_seq=5) == 0
+    assert advance.update_in([m.pk for m in members[:2]], 5, read_seq=5) == 1
+    assert advance.update_in([members[2].pk], 5, read_seq=5) == 1
+    assert list(Member.objects.order_by("pk").values_list("read_seq", flat=True)) == [5, 7, 5]
+
+
 @pytest.mark.parametrize("model", [Event, Message])
 def test_values_passed_as_they_are_are_what_the_field_would_save(model):
     samples = {str: ["", "x", "é\u2028"], int: [0, 7, -(2**63)], NoneType: [None]}

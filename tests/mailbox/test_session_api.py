@@ -285,3 +285,19 @@ def test_two_sessions_of_different_names_coexist_in_a_workspace(workspace):
 
     assert client_for(first).get("/api/v1/sessions/current/").status_code == 200
     assert client_for(second).get("/api/v1/sessions/current/").status_code == 200
+
+
+def test_starting_a_session_under_a_new_name_takes_eight_statements(
+    key_client, workspace, django_assert_num_queries
+):
+    # A key records its use once a minute: that write is behind us.
+    assert key_client.post("/api/v1/sessions/", {"workspace": workspace.slug}).status_code == 201
+    # The key with its project; the workspace with its project; the key locked
+    # (revoked?); the name, locked (absent); the name inserted; the newest note
+    # (the watermark); the session inserted; then the envelope's look for notes
+    # waiting for the new session. (Plus the test transaction's savepoint pair.)
+    with django_assert_num_queries(8 + 2):
+        response = key_client.post(
+            "/api/v1/sessions/", {"workspace": workspace.slug, "name": "newcomer"}, format="json"
+        )
+    assert response.status_code == 201, response.json()

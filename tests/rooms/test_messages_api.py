@@ -1364,8 +1364,9 @@ WAKE_NOTIFY = 0 if connection.vendor == "sqlite" else 1
 # insert, head update, event insert, mention insert (and the test transaction's savepoint
 # pair).
 SEND_QUERIES = 10 + ROOM_LOCKED_FIRST + WAKE_NOTIFY
-# Authentication, room, membership, the page of events, read position update.
-READ_QUERIES = 5
+# Authentication, the room with the caller's membership, the page of events, read position
+# update.
+READ_QUERIES = 4
 # Authentication, the room locked with the caller's membership and figures, the unseen page
 # and its count (and savepoints).
 REFUSAL_QUERIES = 7 + ROOM_LOCKED_FIRST

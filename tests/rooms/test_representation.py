@@ -15,6 +15,7 @@ import pytest
 from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 
+from mailbox.representation import timestamp
 from rooms import representation as r
 from rooms import services
 from rooms.api.serializers import (
@@ -155,4 +156,4 @@ def test_a_sent_message_renders_like_the_stored_one(general, bob):
     ],
 )
 def test_timestamps_are_formatted_as_drfs_datetime_field_does(when):
-    assert r._timestamp(when) == serializers.DateTimeField().to_representation(when)
+    assert timestamp(when) == serializers.DateTimeField().to_representation(when)

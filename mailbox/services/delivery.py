@@ -1,0 +1,189 @@
+"""Delivering notes exactly once (SPEC §3.4): what waits for a session, and the claim."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from common import metrics
+from common.pause import pause_point
+from common.prepared import Prepared, PreparedUpdate, concrete_attnames, instances_from_row
+from mailbox import wakeups
+from mailbox.models import (
+    AgentName,
+    Conversation,
+    Note,
+    Participant,
+    Project,
+    Session,
+    Workspace,
+)
+
+# Notes handed out by one response at most; the rest follow on the next call.
+MAX_CLAIM = 500
+
+
+def _pending_branches(session_pk, name_id, workspace_id, watermark) -> list[Q]:
+    """The three ways a note waits for a session (SPEC §3.4), one per partial index.
+
+    Kept apart so that each can be asked on its own: an OR across them leads
+    both planners to scan one partial index whole and filter, which grows
+    with the stored notes. Arguments are values or ``OuterRef``s.
+    """
+    return [
+        Q(delivered_at__isnull=True, bound_session_id=session_pk),
+        Q(delivered_at__isnull=True, bound_session__isnull=True, recipient_id=name_id),
+        Q(delivered_at__isnull=True, next_workspace_id=workspace_id, id__lte=watermark)
+        & ~Q(sender_session_id=session_pk),
+    ]
+
+
+def pending_exists() -> Q:
+    """Whether notes wait for the session row of the outer query.
+
+    Authentication asks this in the same query that finds the session, so a
+    call with nothing pending (nearly every call) needs no query of its own
+    for the piggyback: see ``notes_claim``.
+    """
+    refs = (OuterRef("pk"), OuterRef("name_id"), OuterRef("workspace_id"))
+    branches = _pending_branches(*refs, OuterRef("notes_watermark"))
+    first, *rest = [Exists(Note.objects.filter(branch)) for branch in branches]
+    for exists in rest:
+        first |= exists
+    return first
+
+
+# A claim runs on every call that finds notes waiting: its statements are
+# compiled once per process (common.prepared).
+def _candidates_query(session_pk, name_id, workspace_id, watermark):
+    first, *rest = [
+        Note.objects.filter(branch).order_by().values_list("id")
+        for branch in _pending_branches(session_pk, name_id, workspace_id, watermark)
+    ]
+    return first.union(*rest).order_by("id")[:MAX_CLAIM]
+
+
+_candidates = Prepared(
+    _candidates_query, params=["session_pk", "name_id", "workspace_id", "watermark"]
+)
+_stamp_claim = PreparedUpdate(
+    Note, ["delivered_to", "delivered_at", "claim"], where='"delivered_at" IS NULL'
+)
+# A delivered note with everything its JSON shows: the thread, the sender
+# with its workspace and project, and the addressee (a name, or a workspace).
+_CLAIMED_MODELS = (Note, Conversation, AgentName, Workspace, Project, AgentName, Workspace)
+_CLAIMED_PATHS = (
+    "",
+    "conversation__",
+    "sender_name__",
+    "sender_name__workspace__",
+    "sender_name__workspace__project__",
+    "recipient__",
+    "next_workspace__",
+)
+_claimed = Prepared(
+    lambda claim: (
+        Note.objects.filter(claim=claim)
+        .order_by("id")
+        .values_list(
+            *(
+                f"{path}{name}"
+                for model, path in zip(_CLAIMED_MODELS, _CLAIMED_PATHS, strict=True)
+                for name in concrete_attnames(model)
+            )
+        )
+    ),
+    params=["claim"],
+)
+
+
+def _note_from_row(row) -> Note:
+    note, conversation, sender, workspace, project, recipient, next_workspace = instances_from_row(
+        row, *_CLAIMED_MODELS
+    )
+    workspace.project = project
+    sender.workspace = workspace
+    note.sender_name = sender
+    note.conversation = conversation
+    note.recipient = recipient if recipient.pk is not None else None
+    note.next_workspace = next_workspace if next_workspace.pk is not None else None
+    return note
+
+
+def notes_claim(session: Session) -> list[Note]:
+    """Deliver every pending note to ``session``, exactly once, oldest first.
+
+    Authentication leaves ``session.notes_maybe_pending``; when it says
+    nothing was pending a moment ago, the first claim of the request is
+    skipped (a note committed in between is delivered by the next call, as
+    if it had come a moment later). Otherwise a conditional UPDATE stamps a
+    fresh claim token on the rows that are still undelivered; of several
+    racing claimers each row goes to whichever UPDATE reaches it first
+    (PostgreSQL re-checks ``delivered_at IS NULL`` after waiting on the row
+    lock; SQLite runs writers one at a time), and each claimer reads back
+    only the rows carrying its own token.
+    """
+    if not getattr(session, "notes_maybe_pending", True):
+        session.notes_maybe_pending = True  # a hint for one claim, not for the request
+        return []
+    candidate_ids = [
+        row[0]
+        for row in _candidates.rows(
+            session_pk=session.pk,
+            name_id=session.name_id,
+            workspace_id=session.workspace_id,
+            watermark=session.notes_watermark,
+        )
+    ]
+    if not candidate_ids:
+        return []
+    pause_point("claim.candidates")
+    claim = secrets.token_hex(16)
+    # Only ``delivered_at IS NULL`` needs checking again: whatever else made
+    # a candidate pending for this session cannot change while it waits
+    # (unbinding at a session's end leaves it pending for the same name).
+    claimed = _stamp_claim.update_in(
+        candidate_ids, delivered_to_id=session.pk, delivered_at=timezone.now(), claim=claim
+    )
+    if not claimed:
+        return []
+    # Counted once the claim is committed: a caller's transaction that rolls
+    # back leaves the notes pending, and uncounted.
+    transaction.on_commit(lambda: metrics.NOTES_DELIVERED.inc(claimed))
+    notes = [_note_from_row(row) for row in _claimed.rows(claim=claim)]
+    # Whoever receives a "next" note joins its thread, so that it can reply.
+    next_conversations = {n.conversation_id for n in notes if n.next_workspace_id}
+    if next_conversations:
+        Participant.objects.bulk_create(
+            [Participant(conversation_id=c, name_id=session.name_id) for c in next_conversations],
+            ignore_conflicts=True,
+        )
+    return notes
+
+
+def notes_wait(session: Session, *, wait: float) -> list[Note]:
+    """Claim pending notes, holding up to ``wait`` seconds until one arrives.
+
+    Waiting follows the one rule of ``mailbox/wakeups.py``: woken by the
+    commit of a note for the session, from any process or host, no query
+    while nothing happens, no transaction held; a newer waiting call of the
+    session (notes, room or activity) makes this one answer with no notes,
+    and a process whose waiting places are all taken answers at once.
+    """
+    return wakeups.wait_for(
+        session,
+        lambda: notes_claim(session) or None,
+        seconds=wait,
+        idle=list,
+        topics=wakeups.session_topics(session),
+    )
+
+
+def notes_unbind(session_ids: list[int]) -> None:
+    """Bound notes of ended sessions fall back to their name: none is stranded."""
+    Note.objects.filter(bound_session_id__in=session_ids, delivered_at__isnull=True).update(
+        bound_session=None
+    )
