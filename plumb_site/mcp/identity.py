@@ -51,7 +51,7 @@ from mailbox.services import (
     session_start,
     session_touch,
 )
-from mailbox.services.notes import pending_exists
+from mailbox.services.delivery import pending_exists
 from plumb_site.mcp.schemas import HANDLE, SLUG
 
 SESSION_ID_HEADER = "Mcp-Session-Id"
