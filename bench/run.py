@@ -358,7 +358,7 @@ def run(cfg: Config, pg_url: str | None) -> int:
     wake = result["main"]["wake"]
     if wake:
         errors += wake["problem_count"] + len(wake["wake"]["problems"])
-        errors += wake["floor_with"]["errors"] + wake["floor_without"]["errors"]
+        errors += sum(wake[k]["errors"] for k in ("floor_with", "floor_without", "floor_steady"))
     if errors:
         print(f"bench: {errors} requests failed; the figures above are not trustworthy")
         return 1

@@ -24,7 +24,8 @@ Measured, on the server(s) holding the polls:
   plumb can tell). Latency from the send's answer to the poll's answer (and
   from the send's start).
 * **floor with and without them**: the floor phase run with the polls held
-  and with none, alternately (W N N W W N), median of each.
+  (issued together, none ending) and with none, alternately (W N N W W N),
+  median of each; then once more in the steady state, shown beside them.
 """
 
 from __future__ import annotations
@@ -410,15 +411,12 @@ def run_wake(
         log(f"wake: latency {result['wake']}")
         release()
 
-        phases: dict[str, list[PhaseResult]] = {"with": [], "without": []}
+        phases: dict[str, list[PhaseResult]] = {"with": [], "without": [], "steady": []}
         for r, mode in enumerate(["with", "without", "without", "with", "with", "without"]):
             if mode == "with" and not pollers.socks:
-                # Spread deadlines: the steady state of 1,000 agents polling with wait=30.
-                # Some are between an answer and the next poll at any moment.
-                hold(lambda i: WAIT * (i + 1) / n, 0.98 * n)
-                if "steady" not in result:
-                    result["steady"] = cpu_window(servers, pollers, STEADY_WINDOW)
-                    log(f"wake: steady CPU {result['steady']}")
+                # Issued together with wait=30: held, and none ends during the
+                # (at most two) floor phases that follow.
+                hold(lambda i: WAIT, n)
             elif mode == "without" and pollers.socks:
                 release()
             phase = run_phase(
@@ -426,10 +424,22 @@ def run_wake(
             )
             phases[mode].append(phase)
             log(f"wake: floor {mode:7} {phase.throughput:8.1f}/s errors {phase.errors} ({r + 1}/6)")
+        # The steady state of 1,000 agents polling with wait=30: first waits spread
+        # over 0-30 s, so about 33 polls end and are issued again every second.
+        hold(lambda i: WAIT * (i + 1) / n, 0.98 * n)
+        result["steady"] = cpu_window(servers, pollers, STEADY_WINDOW)
+        log(f"wake: steady CPU {result['steady']}")
+        phase = run_phase(
+            poll_server, floor, clients=cfg.clients, requests=cfg.requests, cap=cfg.phase_cap
+        )
+        phases["steady"].append(phase)
+        log(f"wake: floor steady  {phase.throughput:8.1f}/s errors {phase.errors}")
+        release()
     finally:
         pollers.close()
     result["floor_with"] = summarise(phases["with"])
     result["floor_without"] = summarise(phases["without"])
+    result["floor_steady"] = summarise(phases["steady"])
     result["early_answers"] = pollers.early
     result["early_first"] = pollers.early_seen[:5]
     result["problems"] = pollers.problems[:10]
