@@ -174,20 +174,29 @@ class PreparedInsert:
         self._model = model
         self._fields = [f for f in model._meta.concrete_fields if not f.primary_key]
         self._compiled: dict[str, tuple[str, list[tuple[Field, str, tuple[type, ...]]]]] = {}
+        self._compiled_many: dict[tuple[str, int], str] = {}
+
+    def prepare(self, using: str = "default") -> None:
+        """Build the single-row statement and its plan for ``using``, once."""
+        if using in self._compiled:
+            return
+        connection = connections[using]
+        quote = connection.ops.quote_name
+        meta = self._model._meta
+        columns = ", ".join(quote(f.column) for f in self._fields)
+        marks = ", ".join(["%s"] * len(self._fields))
+        sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})"
+        if connection.vendor != "sqlite":
+            sql += f" RETURNING {quote(meta.pk.column)}"
+        plan = [(f, f.attname, _as_is_types(f, connection)) for f in self._fields]
+        self._compiled[using] = (sql, plan)
 
     def insert(self, instance: Model, using: str = "default", cursor=None) -> None:
         connection = connections[using]
         compiled = self._compiled.get(using)
         if compiled is None:
-            quote = connection.ops.quote_name
-            meta = self._model._meta
-            columns = ", ".join(quote(f.column) for f in self._fields)
-            marks = ", ".join(["%s"] * len(self._fields))
-            sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})"
-            if connection.vendor != "sqlite":
-                sql += f" RETURNING {quote(meta.pk.column)}"
-            plan = [(f, f.attname, _as_is_types(f, connection)) for f in self._fields]
-            compiled = self._compiled[using] = (sql, plan)
+            self.prepare(using)
+            compiled = self._compiled[using]
         sql, plan = compiled
         params = []
         for f, attname, as_is in plan:
@@ -202,6 +211,37 @@ class PreparedInsert:
             instance.pk = self._execute(cursor, sql, params, connection)
         instance._state.adding = False
         instance._state.db = using
+
+    def insert_many(self, instances: Sequence[Model], using: str = "default", cursor=None) -> None:
+        """Several new rows in one statement; their new keys are not read back.
+
+        For rows nobody reads again in the transaction (a new thread's
+        participants): one statement instead of one per row.
+        """
+        connection = connections[using]
+        self.prepare(using)
+        _, plan = self._compiled[using]
+        rows = self._compiled_many.get((using, len(instances)))
+        if rows is None:
+            quote = connection.ops.quote_name
+            columns = ", ".join(quote(f.column) for f in self._fields)
+            marks = "(" + ", ".join(["%s"] * len(self._fields)) + ")"
+            rows = self._compiled_many[(using, len(instances))] = (
+                f"INSERT INTO {quote(self._model._meta.db_table)} ({columns}) "
+                f"VALUES {', '.join([marks] * len(instances))}"
+            )
+        params = []
+        for instance in instances:
+            for f, attname, as_is in plan:
+                value = getattr(instance, attname)
+                if type(value) not in as_is:
+                    value = f.get_db_prep_save(f.pre_save(instance, True), connection)
+                params.append(value)
+        if cursor is None:
+            with connection.cursor() as cursor:
+                cursor.execute(rows, params)
+        else:
+            cursor.execute(rows, params)
 
     @staticmethod
     def _execute(cursor, sql: str, params: list, connection) -> Any:

@@ -224,14 +224,16 @@ def _store(
             names = [session.name]
             if addressee.name is not None and addressee.name.pk != session.name_id:
                 names.append(addressee.name)
-            for name in names:
-                participant = Participant(
+            participants = [
+                Participant(
                     conversation=conversation,
                     name=name,
                     joined_at=now,
                     has_written=name is session.name,
                 )
-                _insert_participant.insert(participant, cursor=cursor)
+                for name in names
+            ]
+            _insert_participant.insert_many(participants, cursor=cursor)
         else:
             Conversation.objects.filter(pk=conversation.pk).update(
                 notes_count=F("notes_count") + 1, last_note_at=now

@@ -131,6 +131,29 @@ def test_an_insert_stores_what_save_would_store(sessions):
     assert stored["created_at"] == prepared.created_at  # the default was taken on the instance
 
 
+def test_several_inserts_in_one_statement_store_what_save_would_store(sessions):
+    room = room_create(sessions[0], slug="lab").room
+    fields = dict(room=room, kind=Event.Kind.MODERATION, actor=sessions[0].name, data={"a": [1]})
+    by_save = Event.objects.create(seq=2, **fields)
+    rows = [Event(seq=3, **fields), Event(seq=4, **{**fields, "data": {"b": 2}})]
+
+    with CaptureQueriesContext(connection) as captured:
+        PreparedInsert(Event).insert_many(rows)
+
+    assert len(captured) == 1
+    stored = list(Event.objects.filter(seq__in=[3, 4]).order_by("seq").values())
+    expected = Event.objects.values().get(pk=by_save.pk)
+    differing = {"id", "seq", "created_at", "data"}
+    for row in stored:
+        assert {k: v for k, v in row.items() if k not in differing} == {
+            k: v for k, v in expected.items() if k not in differing
+        }
+    assert [(row["seq"], row["data"], row["created_at"]) for row in stored] == [
+        (3, {"a": [1]}, rows[0].created_at),
+        (4, {"b": 2}, rows[1].created_at),
+    ]
+
+
 def test_an_update_changes_only_the_rows_its_condition_allows(sessions):
     room_create(sessions[0], slug="lab")
     member = Member.objects.get(room__slug="lab")

@@ -1442,21 +1442,21 @@ def test_a_new_thread_to_a_connected_peer_takes_five_statements(
 ):
     # Authentication (which finds no note pending); the addressee with its
     # workspace and project, locked; the thread, inserted with its note counted;
-    # the addressee's open session, locked; the note; the two participants;
+    # the addressee's open session, locked; the note; both participants, in one;
     # on PostgreSQL the wake-up's NOTIFY, inside the transaction (common/wake.py).
     # (Plus the test transaction's savepoint pair.)
     wake_notify = 0 if connection.vendor == "sqlite" else 1
-    with django_assert_num_queries(1 + 6 + wake_notify + 2) as captured:
+    with django_assert_num_queries(1 + 5 + wake_notify + 2) as captured:
         response = client_for(alice).post(
             "/api/v1/notes/", {"to": "bob", "body": "hi"}, format="json"
         )
     assert response.status_code == 201, response.json()
     assert response.json()["delivery"] == "session"
     inserts = [q["sql"].split('"')[1] for q in captured if q["sql"].startswith("INSERT")]
-    assert inserts == [
-        "mailbox_conversation",
-        "mailbox_note",
-        "mailbox_participant",
-        "mailbox_participant",
-    ]
+    assert inserts == ["mailbox_conversation", "mailbox_note", "mailbox_participant"]
     assert not [q for q in captured if q["sql"].startswith("UPDATE")]
+    assert set(
+        Participant.objects.filter(
+            conversation__public_id=response.json()["conversation_id"]
+        ).values_list("name__handle", "has_written")
+    ) == {("alice", True), ("bob", False)}
