@@ -1068,6 +1068,12 @@ def test_changelist_query_count_is_pinned_with_1000_rows(
     few = queries()
     _bulk_identity(990)
     assert Conversation.objects.count() == Session.objects.count() == 1000
+    if connection.vendor == "postgresql":
+        # What autovacuum does after such a load, and cannot do for rows this
+        # test's transaction has not committed: planned on the statistics of
+        # nearly empty tables, one page's participants took minutes.
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
     assert queries() == few
     with django_assert_max_num_queries(PINNED_QUERIES[model]):
         admin_client.get(url(model, "changelist"))
