@@ -158,6 +158,17 @@ def _as_is_types(field: Field, connection) -> tuple[type, ...]:
     return (int, NoneType) if integers_as_is or keys_as_is else ()
 
 
+def _row_params(instance: Model, plan, connection) -> list[Any]:
+    """An instance's values as ``Model.save()`` would write them (see ``_as_is_types``)."""
+    params = []
+    for f, attname, as_is in plan:
+        value = getattr(instance, attname)
+        if type(value) not in as_is:
+            value = f.get_db_prep_save(f.pre_save(instance, True), connection)
+        params.append(value)
+    return params
+
+
 class PreparedInsert:
     """Saves a new instance and takes its new key, the SQL built once per process.
 
@@ -198,12 +209,7 @@ class PreparedInsert:
             self.prepare(using)
             compiled = self._compiled[using]
         sql, plan = compiled
-        params = []
-        for f, attname, as_is in plan:
-            value = getattr(instance, attname)
-            if type(value) not in as_is:
-                value = f.get_db_prep_save(f.pre_save(instance, True), connection)
-            params.append(value)
+        params = _row_params(instance, plan, connection)
         if cursor is None:
             with connection.cursor() as cursor:
                 instance.pk = self._execute(cursor, sql, params, connection)
@@ -230,13 +236,7 @@ class PreparedInsert:
                 f"INSERT INTO {quote(self._model._meta.db_table)} ({columns}) "
                 f"VALUES {', '.join([marks] * len(instances))}"
             )
-        params = []
-        for instance in instances:
-            for f, attname, as_is in plan:
-                value = getattr(instance, attname)
-                if type(value) not in as_is:
-                    value = f.get_db_prep_save(f.pre_save(instance, True), connection)
-                params.append(value)
+        params = [value for i in instances for value in _row_params(i, plan, connection)]
         if cursor is None:
             with connection.cursor() as cursor:
                 cursor.execute(rows, params)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.db.models import Prefetch, Q, QuerySet
 
+from common.prepared import Prepared
 from mailbox.errors import ConversationNotFound, NameNotFound, NotAParticipant, WorkspaceNotFound
 from mailbox.models import (
     AgentName,
@@ -188,3 +189,19 @@ def conversation_get_for_session(session: Session, public_id: str) -> Conversati
     if not any(p.name_id == session.name_id for p in conversation.participants.all()):
         raise NotAParticipant()
     return conversation
+
+
+# The open session of a name, locked until commit, as (id, last_seen_at) rows:
+# a name has one at most (a partial unique index). A note binds to it and a
+# session start ends it when it went quiet; a session_end racing either waits
+# here, and one that committed first makes PostgreSQL re-check ended_at and
+# skip the row.
+open_sessions_of_name_locked = Prepared(
+    lambda name_id: (
+        Session.objects.select_for_update()
+        .filter(name_id=name_id, ended_at__isnull=True)
+        .order_by()
+        .values_list("id", "last_seen_at")
+    ),
+    params=["name_id"],
+)

@@ -36,7 +36,7 @@ from mailbox.models import (
     Session,
     Workspace,
 )
-from mailbox.selectors import optin_allows
+from mailbox.selectors import open_sessions_of_name_locked, optin_allows
 from mailbox.services.audit import audit_record, reason_check
 
 NEXT = "next"
@@ -277,20 +277,6 @@ _name_for_note = Prepared(
     ),
     params=["handle"],
 )
-# Locked until commit: a session_end racing this note waits here, and its
-# unbinding (a later statement) then sees the note; one that committed first
-# makes PostgreSQL re-check ended_at and skip the row. A name has one open
-# session at most (a partial unique index); whether it is still connected
-# is read from the row.
-_open_session_of_name = Prepared(
-    lambda name_id: (
-        Session.objects.select_for_update()
-        .filter(name_id=name_id, ended_at__isnull=True)
-        .order_by()
-        .values_list("id", "last_seen_at")
-    ),
-    params=["name_id"],
-)
 
 
 def _resolve_addressee(session: Session, to: str, cursor) -> _Addressee:
@@ -308,7 +294,9 @@ def _resolve_addressee(session: Session, to: str, cursor) -> _Addressee:
 def _connected_session_id(name_id: int, now, cursor) -> int | None:
     """The name's connected session, locked until commit, to bind the note to."""
     threshold = now - timedelta(seconds=settings.PLUMB_SESSION_TTL)
-    for session_id, last_seen_at in _open_session_of_name.rows(cursor=cursor, name_id=name_id):
+    for session_id, last_seen_at in open_sessions_of_name_locked.rows(
+        cursor=cursor, name_id=name_id
+    ):
         if last_seen_at >= threshold:
             return session_id
     return None

@@ -31,6 +31,7 @@ from common.prepared import Prepared, PreparedInsert, concrete_attnames, instanc
 from mailbox import credentials
 from mailbox.errors import InvalidName, KeyRevoked, NameInUse, NameTaken, WorkspaceNotFound
 from mailbox.models import AgentName, McpSession, Note, Project, ProjectKey, Session, Workspace
+from mailbox.selectors import open_sessions_of_name_locked
 from mailbox.services.audit import audit_record
 from mailbox.services.delivery import notes_unbind
 
@@ -119,17 +120,6 @@ _name_locked = Prepared(
         .values_list(*concrete_attnames(AgentName))
     ),
     params=["handle"],
-)
-# A name has one open session at most (a partial unique index); one whose
-# holder went quiet is ended here. Locked until commit.
-_open_sessions = Prepared(
-    lambda name_id: (
-        Session.objects.select_for_update()
-        .filter(name_id=name_id, ended_at__isnull=True)
-        .order_by()
-        .values_list("id", "last_seen_at")
-    ),
-    params=["name_id"],
 )
 # The newest note so far: "next" notes up to it are not for the new session.
 _highest_note = Prepared(lambda: Note.objects.order_by("-id").values_list("id")[:1], params=[])
@@ -251,7 +241,11 @@ def _try_start_named(
             # Claimed by name: someone relies on it now, so it is never freed.
             AgentName.objects.filter(pk=agent_name.pk).update(disposable=False)
             agent_name.disposable = False
-        open_sessions = [] if created else _open_sessions.rows(cursor=cursor, name_id=agent_name.pk)
+        open_sessions = (
+            []
+            if created
+            else open_sessions_of_name_locked.rows(cursor=cursor, name_id=agent_name.pk)
+        )
         threshold = now - timedelta(seconds=settings.PLUMB_SESSION_TTL)
         if any(last_seen_at >= threshold for _, last_seen_at in open_sessions):
             raise NameInUse(f"The name {handle!r} is held by a connected session.")
