@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.throwaway import interrupted_report
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "with-postgres"
 
 
@@ -78,17 +80,5 @@ def test_the_command_gets_a_fresh_durable_loopback_database_and_its_exit_status_
     ("sent", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "term"]
 )
 def test_an_interrupted_run_still_stops_and_removes_the_cluster(sent, status):
-    # A session of its own, signalled as a whole, as a terminal's Ctrl-C or a
-    # CI runner's timeout does.
-    run = subprocess.Popen(
-        probe_command(0, "sleep"), stdout=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        report = json.loads(run.stdout.readline())
-        os.killpg(run.pid, sent)
-        assert run.wait(timeout=60) == status
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-        run.stdout.close()
+    report = interrupted_report(probe_command(0, "sleep"), sent, status)
     assert_cluster_is_gone(report)

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.throwaway import interrupted_report
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "with-redis"
 
 
@@ -67,15 +69,5 @@ def test_the_command_gets_a_fresh_loopback_redis_without_persistence_and_its_sta
     ("sent", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "term"]
 )
 def test_an_interrupted_run_still_stops_the_server_and_removes_its_files(sent, status):
-    run = subprocess.Popen(
-        probe_command(0, "sleep"), stdout=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        report = json.loads(run.stdout.readline())
-        os.killpg(run.pid, sent)
-        assert run.wait(timeout=60) == status
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-        run.stdout.close()
+    report = interrupted_report(probe_command(0, "sleep"), sent, status)
     assert_server_is_gone(report)

@@ -13,6 +13,7 @@ command, and the script then stops its server and deletes its files.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import selectors
 import signal
@@ -72,3 +73,19 @@ def postgres_cluster() -> Iterator[str]:
     """A URL of a throwaway PostgreSQL cluster's database ``plumb``."""
     with around_script("with-postgres", "DATABASE_URL") as url:
         yield url
+
+
+def interrupted_report(command: list[str], sent: int, status: int) -> dict:
+    """Run a script's probe in a session of its own, signal the whole session
+    once the probe has reported (as a terminal's Ctrl-C or a CI runner's
+    timeout does), check the script exits with ``status``; the probe's report."""
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        report = json.loads(run.stdout.readline())
+        os.killpg(run.pid, sent)
+        assert run.wait(timeout=60) == status
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        run.stdout.close()
+    return report

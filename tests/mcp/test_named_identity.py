@@ -20,6 +20,7 @@ from mailbox.models import Session
 from mailbox.services import key_revoke, note_leave
 from rooms.services import room_create, room_join
 from tests.factories import SessionFactory
+from tests.mcp.conftest import agent_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -34,11 +35,7 @@ def alice(workspace):
 
 @pytest.fixture
 def headers(project_key):
-    return {
-        "Authorization": f"Bearer {project_key.raw_key}",
-        "Plumb-Workspace": "main",
-        "Plumb-Name": "alice",
-    }
+    return agent_headers(project_key.raw_key)
 
 
 def call(name: str, arguments: dict, headers: dict):
