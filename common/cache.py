@@ -1,6 +1,6 @@
 """The shared cache (``REDIS_URL``): Django's Redis backend, failing open.
 
-plumb keeps only rate-limit counters in the cache (``mailbox/api/throttles.py``).
+plumb keeps only rate-limit counters in the cache (``mailbox/throttles.py``).
 Shared in Redis, they count a client's calls across every process and host;
 but a limit exists to bound a runaway agent, and an outage of the store that
 counts must not take the API down with it. So a call that Redis does not

@@ -15,7 +15,7 @@ open.
 
 The login is Django's, with failed sign-ins counted per client address like
 the API's failed credentials (``PLUMB_RATE_AUTH_FAIL``, see
-``mailbox.api.throttles.AuthFailureThrottle``): past the rate the page
+``mailbox.throttles.AuthFailureThrottle``): past the rate the page
 refuses every sign-in from that address with ``429`` and ``Retry-After``,
 before any password is checked.
 """
@@ -36,7 +36,7 @@ from django.urls import reverse
 from rest_framework.exceptions import Throttled
 
 from common.errors import retry_after
-from mailbox.api.throttles import AuthFailureThrottle
+from mailbox.throttles import AuthFailureThrottle
 from rooms.activity import Activity, ProjectActivity, activity_by_project
 
 # The chart, in SVG user units (CSS pixels at the size it is drawn).

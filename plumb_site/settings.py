@@ -263,7 +263,7 @@ PLUMB_SEEN_WRITE_INTERVAL = env_int("PLUMB_SEEN_WRITE_INTERVAL", 5, minimum=0)
 PLUMB_RATE_SESSION = env_rate("PLUMB_RATE_SESSION", "100/s")
 PLUMB_RATE_KEY = env_rate("PLUMB_RATE_KEY", "10/s")
 # Failed credentials per client address (REMOTE_ADDR): key guessing and token
-# spraying; see mailbox/api/throttles.py.
+# spraying; see mailbox/throttles.py.
 PLUMB_RATE_AUTH_FAIL = env_rate("PLUMB_RATE_AUTH_FAIL", "20/m")
 # Where agents reach this server, as `plumb connect` prints it into MCP client
 # configurations; empty: http://HOST:PORT, where `make serve` listens.
@@ -324,7 +324,7 @@ PLUMB_METRICS_DIR = VAR_DIR / "metrics"
 
 
 def cache_config() -> dict:
-    """The default cache: the rate-limit counters (mailbox/api/throttles.py).
+    """The default cache: the rate-limit counters (mailbox/throttles.py).
 
     Without REDIS_URL it is each process's memory, so every server process
     counts alone. With it, Django's Redis backend (failing open, common/cache.py)

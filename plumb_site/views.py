@@ -22,8 +22,8 @@ from rest_framework.response import Response
 from common.errors import error_body, error_response, plain_error_response
 from common.schema import schema_fingerprint
 from mailbox.api.base import PlumbApiView
-from mailbox.api.throttles import AuthFailureThrottle
 from mailbox.selectors import notes_pending_count
+from mailbox.throttles import AuthFailureThrottle
 
 logger = logging.getLogger("plumb.health")
 

@@ -23,10 +23,10 @@ from rest_framework.request import Request
 
 from common.prepared import Prepared, concrete_attnames, instances_from_row
 from mailbox import credentials
-from mailbox.api.throttles import AuthFailureThrottle
 from mailbox.models import AgentName, Project, ProjectKey, Session, Workspace
 from mailbox.services import key_touch, session_touch
 from mailbox.services.delivery import pending_exists
+from mailbox.throttles import AuthFailureThrottle
 
 REALM = 'Bearer realm="plumb"'
 

@@ -14,8 +14,8 @@ from rest_framework.views import APIView
 from common.schema import FINGERPRINT_FIELD
 from mailbox.api.auth import IsAgentSession, SessionTokenAuthentication
 from mailbox.api.envelope import envelope
-from mailbox.api.throttles import SessionRateThrottle
 from mailbox.models import Session
+from mailbox.throttles import SessionRateThrottle
 
 FINGERPRINT_HEADER = "HTTP_PLUMB_SCHEMA_FINGERPRINT"
 

@@ -11,7 +11,6 @@ from mailbox import representation, selectors, services
 from mailbox.api import serializers as s
 from mailbox.api.auth import IsProjectKey, ProjectKeyAuthentication
 from mailbox.api.base import PlumbApiView, SessionApiView, parsed_body
-from mailbox.api.throttles import ProjectKeyRateThrottle
 from mailbox.errors import (
     ConversationExhausted,
     ConversationLocked,
@@ -26,6 +25,7 @@ from mailbox.errors import (
     RecipientNotFound,
     WorkspaceNotFound,
 )
+from mailbox.throttles import ProjectKeyRateThrottle
 
 
 class SessionStartApi(PlumbApiView):

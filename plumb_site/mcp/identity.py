@@ -40,7 +40,6 @@ from mailbox.api.auth import (
     session_check_live,
     session_for_mcp_session_id,
 )
-from mailbox.api.throttles import ProjectKeyRateThrottle, SessionRateThrottle
 from mailbox.errors import NameInUse
 from mailbox.models import AgentName, Project, ProjectKey, Session, Workspace
 from mailbox.services import (
@@ -52,6 +51,7 @@ from mailbox.services import (
     session_touch,
 )
 from mailbox.services.delivery import pending_exists
+from mailbox.throttles import ProjectKeyRateThrottle, SessionRateThrottle
 from plumb_site.mcp.schemas import HANDLE, SLUG
 
 SESSION_ID_HEADER = "Mcp-Session-Id"

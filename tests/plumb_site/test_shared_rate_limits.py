@@ -23,7 +23,7 @@ from rest_framework.exceptions import Throttled
 
 from common import cache as shared_cache
 from common.cache import FailOpenRedisCache
-from mailbox.api.throttles import AuthFailureThrottle, SessionRateThrottle
+from mailbox.throttles import AuthFailureThrottle, SessionRateThrottle
 from plumb_site.settings import cache_config
 from tests.conftest import client_for
 
