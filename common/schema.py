@@ -105,11 +105,6 @@ class ClosedBodyExtension(OpenApiSerializerExtension):
 # The name clients use for it in bodies, query strings and tool arguments (SPEC §2).
 FINGERPRINT_FIELD = "tool_schema_fingerprint"
 
-# The MCP door's identity headers (SPEC §6): read by plumb_site.mcp, printed into
-# client configurations by ``plumb connect``; here so that both read one spelling.
-WORKSPACE_HEADER = "Plumb-Workspace"
-NAME_HEADER = "Plumb-Name"
-
 _fingerprint_lock = threading.Lock()
 _fingerprint: str | None = None
 

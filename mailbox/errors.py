@@ -49,6 +49,18 @@ class InvalidName(ValidationFailed):
     """A malformed handle, reported like any other field error."""
 
 
+class McpSessionIdUnknown(PlumbError):
+    """An ``Mcp-Session-Id`` that names no live session: answered with HTTP 404,
+    which tells a handshake-era client to initialize again. The code says why,
+    as it would for a token (``invalid_token``, ``session_ended``...)."""
+
+    status = 404
+
+    def __init__(self, message: str, *, code: str):
+        super().__init__(message)
+        self.code = code
+
+
 class KeyRevoked(PlumbError):
     code = "key_revoked"
     status = 401

@@ -1,15 +1,30 @@
 """Reads that fetch related rows up front and apply visibility rules.
 
 Operator listings (projects, keys, opt-ins) see every project; conversation
-reads are limited to the participants of each thread.
+reads are limited to the participants of each thread. The credential
+look-ups that every call starts with are here too, for ``mailbox.callers``:
+each is one query compiled once (``common.prepared``), and each session
+comes back with its name, workspace and project and whether notes wait for
+it, so that nothing after authentication reads them again.
 """
 
 from __future__ import annotations
 
-from django.db.models import Prefetch, Q, QuerySet
+from collections.abc import Sequence
+from typing import Any
 
-from common.prepared import Prepared
-from mailbox.errors import ConversationNotFound, NameNotFound, NotAParticipant, WorkspaceNotFound
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+
+from common.prepared import Prepared, concrete_attnames, instances_from_row
+from mailbox import credentials
+from mailbox.errors import (
+    ConversationNotFound,
+    KeyNotFound,
+    NameNotFound,
+    NotAParticipant,
+    ProjectNotFound,
+    WorkspaceNotFound,
+)
 from mailbox.models import (
     AgentName,
     AuditRecord,
@@ -39,6 +54,33 @@ def notes_pending_count() -> int:
     pending notes, never the delivered history.
     """
     return Note.objects.filter(delivered_at__isnull=True).count()
+
+
+def project_get_for_operator(slug: str) -> Project:
+    """The project with this slug; raises ``project_not_found``."""
+    project = Project.objects.filter(slug=slug).first()
+    if project is None:
+        raise ProjectNotFound(f"No project {slug!r}.")
+    return project
+
+
+def key_get_for_operator(prefix_or_key: str) -> ProjectKey:
+    """A key by its prefix (``abcd1234`` or ``plumb_key_abcd1234``) or the whole key.
+
+    Raises ``key_not_found``; a whole key must match its digest, not just its prefix.
+    """
+    text = prefix_or_key.strip()
+    parsed = credentials.parse(text)
+    if parsed is not None:
+        key = ProjectKey.objects.filter(prefix=parsed.prefix).first()
+        if key is not None and credentials.matches(text, key.key_hash):
+            return key
+        raise KeyNotFound()
+    prefix = text.removeprefix("plumb_key_").rstrip("_")
+    key = ProjectKey.objects.filter(prefix=prefix).first() if prefix else None
+    if key is None:
+        raise KeyNotFound(f"No project key with prefix {prefix!r}.")
+    return key
 
 
 def project_list() -> QuerySet[Project]:
@@ -205,3 +247,165 @@ open_sessions_of_name_locked = Prepared(
     ),
     params=["name_id"],
 )
+
+
+# --- notes waiting for a session (SPEC §3.4) ------------------------------------------
+
+
+def pending_branches(session_pk, name_id, workspace_id, watermark) -> list[Q]:
+    """The three ways a note waits for a session, one per partial index.
+
+    Kept apart so that each can be asked on its own: an OR across them leads
+    both planners to scan one partial index whole and filter, which grows
+    with the stored notes. Arguments are values or ``OuterRef``s.
+    """
+    return [
+        Q(delivered_at__isnull=True, bound_session_id=session_pk),
+        Q(delivered_at__isnull=True, bound_session__isnull=True, recipient_id=name_id),
+        Q(delivered_at__isnull=True, next_workspace_id=workspace_id, id__lte=watermark)
+        & ~Q(sender_session_id=session_pk),
+    ]
+
+
+def pending_exists() -> Q:
+    """Whether notes wait for the session row of the outer query.
+
+    Each credential look-up below asks this in the query that finds the
+    session, so a call with nothing pending (nearly every call) needs no
+    query of its own for the piggyback (``notes_claim``).
+    """
+    refs = (OuterRef("pk"), OuterRef("name_id"), OuterRef("workspace_id"))
+    branches = pending_branches(*refs, OuterRef("notes_watermark"))
+    first, *rest = [Exists(Note.objects.filter(branch)) for branch in branches]
+    for exists in rest:
+        first |= exists
+    return first
+
+
+# --- who is calling: the credential look-ups of mailbox.callers ------------------------
+
+# A session row with everything a call needs of it: its name, its workspace
+# and that workspace's project, then whether notes wait for it.
+_SESSION_MODELS = (Session, AgentName, Workspace, Project)
+_SESSION_PATHS = ("", "name__", "workspace__", "workspace__project__")
+
+
+def _session_columns(prefix: str = "") -> list[str]:
+    return [
+        f"{prefix}{path}{field}"
+        for model, path in zip(_SESSION_MODELS, _SESSION_PATHS, strict=True)
+        for field in concrete_attnames(model)
+    ]
+
+
+def _session_from_row(row: Sequence[Any]) -> Session:
+    """A session wired to its name, workspace and project; the row ends with the pending flag."""
+    session, name, workspace, project = instances_from_row(row, *_SESSION_MODELS)
+    workspace.project = project
+    session.name = name
+    session.workspace = workspace
+    session.notes_maybe_pending = bool(row[-1])
+    return session
+
+
+def _sessions_with_pending(sessions: QuerySet[Session], *extra: str) -> QuerySet[Session]:
+    return (
+        sessions.annotate(notes_maybe_pending=pending_exists())
+        .order_by()
+        .values_list(*_session_columns(), *extra, "notes_maybe_pending")
+    )
+
+
+_session_by_token_prefix = Prepared(
+    lambda prefix: _sessions_with_pending(Session.objects.filter(token_prefix=prefix)),
+    params=["prefix"],
+)
+
+
+def session_for_token_prefix(prefix: str) -> Session | None:
+    """The session whose token has this prefix, ended or not; every session call starts here."""
+    rows = _session_by_token_prefix.rows(prefix=prefix)
+    return _session_from_row(rows[0]) if rows else None
+
+
+_key_by_prefix = Prepared(
+    lambda prefix: (
+        ProjectKey.objects.filter(prefix=prefix)
+        .order_by()
+        .values_list(
+            *concrete_attnames(ProjectKey),
+            *(f"project__{f}" for f in concrete_attnames(Project)),
+        )
+    ),
+    params=["prefix"],
+)
+
+
+def key_for_prefix(prefix: str) -> ProjectKey | None:
+    """The project key with this prefix and its project, revoked or not; every start begins here."""
+    rows = _key_by_prefix.rows(prefix=prefix)
+    if not rows:
+        return None
+    key, project = instances_from_row(rows[0], ProjectKey, Project)
+    key.project = project
+    return key
+
+
+_KEY_COLUMNS = tuple(f"workspace__project__keys__{f}" for f in concrete_attnames(ProjectKey))
+_open_session_of_name_with_key = Prepared(
+    lambda prefix, workspace, name: _sessions_with_pending(
+        Session.objects.filter(
+            ended_at__isnull=True,  # at most one such row per name (session_one_open_per_name)
+            name__handle=name,
+            workspace__slug=workspace,
+            workspace__project__keys__prefix=prefix,
+        ),
+        *_KEY_COLUMNS,
+    ),
+    params=["prefix", "workspace", "name"],
+)
+
+
+def open_session_with_key(
+    key_prefix: str, *, workspace: str, name: str
+) -> tuple[Session, ProjectKey] | None:
+    """The open session of ``name`` in ``workspace`` and the project key of that prefix,
+    in one query, when both exist in one project; else None.
+
+    This is how an MCP client configured with a key and ``Plumb-Name`` finds
+    its session on every call. The session may have expired: the caller checks.
+    """
+    rows = _open_session_of_name_with_key.rows(prefix=key_prefix, workspace=workspace, name=name)
+    if not rows:
+        return None
+    row = rows[0]
+    session = _session_from_row([*row[: len(_session_columns())], row[-1]])
+    (key,) = instances_from_row(row[len(_session_columns()) : -1], ProjectKey)
+    key.project = session.workspace.project
+    return session, key
+
+
+def session_for_mcp_session_id(mcp_session_id: str, *, project: Project) -> Session | None:
+    """The session an ``Mcp-Session-Id`` of ``project`` names, ended or not; else None.
+
+    An id of another project is None like an unknown one, so ids say nothing
+    across projects.
+    """
+    rows = list(
+        _sessions_with_pending(
+            Session.objects.filter(
+                mcp_session__public_id=mcp_session_id, workspace__project_id=project.pk
+            )
+        )[:1]
+    )
+    return _session_from_row(rows[0]) if rows else None
+
+
+def session_connected_of_name(project: Project, *, workspace: str, name: str) -> Session | None:
+    """The connected session of ``name`` in ``workspace`` of ``project``, or None."""
+    return (
+        Session.objects.connected()
+        .select_related("name", "workspace__project")
+        .filter(name__handle=name, workspace__slug=workspace, workspace__project_id=project.pk)
+        .first()
+    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import threading
+from types import SimpleNamespace
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -38,6 +39,10 @@ class _CredentialRateThrottle(SimpleRateThrottle):
         if not isinstance(credential, self.credential_type):
             return None
         return f"throttle_{self.scope}_{credential.pk}"
+
+    def allow_credential(self, credential: Session | ProjectKey) -> bool:
+        """``allow_request`` for a door without a DRF request: the same count."""
+        return self.allow_request(SimpleNamespace(auth=credential), None)
 
     def throttle_failure(self) -> bool:
         # REST views and MCP tools both refuse through here (plumb_throttled_total).

@@ -13,11 +13,10 @@ from mailbox.services.identity import (
     optin_grant,
     optin_revoke,
     project_create,
-    project_get,
     project_update,
     workspace_create,
 )
-from mailbox.services.keys import IssuedKey, key_create, key_find, key_revoke, key_touch
+from mailbox.services.keys import IssuedKey, key_create, key_revoke, key_touch
 from mailbox.services.mcp_sessions import OpenedMcpSession, mcp_session_open
 from mailbox.services.notes import NoteLeft, conversation_lock, conversation_unlock, note_leave
 from mailbox.services.sessions import (
@@ -40,7 +39,6 @@ __all__ = [
     "conversation_unlock",
     "handle_check",
     "key_create",
-    "key_find",
     "key_revoke",
     "key_touch",
     "mcp_session_open",
@@ -51,7 +49,6 @@ __all__ = [
     "optin_grant",
     "optin_revoke",
     "project_create",
-    "project_get",
     "project_update",
     "session_end",
     "session_start",

@@ -8,7 +8,8 @@ from django.db import transaction
 
 from mailbox.errors import AlreadyExists
 from mailbox.models import Project, Workspace
-from mailbox.services.identity import project_create, project_get, workspace_create
+from mailbox.selectors import project_get_for_operator
+from mailbox.services.identity import project_create, workspace_create
 from mailbox.services.keys import IssuedKey, key_create
 
 DEFAULT_SLUG = "default"
@@ -35,7 +36,7 @@ def site_bootstrap(*, created_by: str) -> Bootstrapped:
         try:
             project, project_created = project_create(DEFAULT_SLUG, name="Default"), True
         except AlreadyExists:
-            project, project_created = project_get(DEFAULT_SLUG), False
+            project, project_created = project_get_for_operator(DEFAULT_SLUG), False
         try:
             workspace, workspace_created = workspace_create(project, slug=DEFAULT_SLUG), True
         except AlreadyExists:

@@ -1,11 +1,11 @@
-"""Delivering notes exactly once (SPEC §3.4): what waits for a session, and the claim."""
+"""Delivering notes exactly once (SPEC §3.4): the claim. What waits for a session is
+``selectors.pending_branches``."""
 
 from __future__ import annotations
 
 import secrets
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from common import metrics
@@ -21,39 +21,10 @@ from mailbox.models import (
     Session,
     Workspace,
 )
+from mailbox.selectors import pending_branches
 
 # Notes handed out by one response at most; the rest follow on the next call.
 MAX_CLAIM = 500
-
-
-def _pending_branches(session_pk, name_id, workspace_id, watermark) -> list[Q]:
-    """The three ways a note waits for a session (SPEC §3.4), one per partial index.
-
-    Kept apart so that each can be asked on its own: an OR across them leads
-    both planners to scan one partial index whole and filter, which grows
-    with the stored notes. Arguments are values or ``OuterRef``s.
-    """
-    return [
-        Q(delivered_at__isnull=True, bound_session_id=session_pk),
-        Q(delivered_at__isnull=True, bound_session__isnull=True, recipient_id=name_id),
-        Q(delivered_at__isnull=True, next_workspace_id=workspace_id, id__lte=watermark)
-        & ~Q(sender_session_id=session_pk),
-    ]
-
-
-def pending_exists() -> Q:
-    """Whether notes wait for the session row of the outer query.
-
-    Authentication asks this in the same query that finds the session, so a
-    call with nothing pending (nearly every call) needs no query of its own
-    for the piggyback: see ``notes_claim``.
-    """
-    refs = (OuterRef("pk"), OuterRef("name_id"), OuterRef("workspace_id"))
-    branches = _pending_branches(*refs, OuterRef("notes_watermark"))
-    first, *rest = [Exists(Note.objects.filter(branch)) for branch in branches]
-    for exists in rest:
-        first |= exists
-    return first
 
 
 # A claim runs on every call that finds notes waiting: its statements are
@@ -61,7 +32,7 @@ def pending_exists() -> Q:
 def _candidates_query(session_pk, name_id, workspace_id, watermark):
     first, *rest = [
         Note.objects.filter(branch).order_by().values_list("id")
-        for branch in _pending_branches(session_pk, name_id, workspace_id, watermark)
+        for branch in pending_branches(session_pk, name_id, workspace_id, watermark)
     ]
     return first.union(*rest).order_by("id")[:MAX_CLAIM]
 

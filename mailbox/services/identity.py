@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 
 from common import limits
 from common.errors import ValidationFailed
-from mailbox.errors import AlreadyExists, OptInNotFound, ProjectNotFound
+from mailbox.errors import AlreadyExists, OptInNotFound
 from mailbox.models import CrossProjectOptIn, Project, Workspace
 from mailbox.services.audit import audit_record
 from mailbox.signals import optin_revoked
@@ -158,14 +158,6 @@ def text_check(value: str, *, field: str, limit: int) -> str:
             details={field: [f"At most {limit} characters."]},
         )
     return value
-
-
-def project_get(slug: str) -> Project:
-    """The project with this slug; raises ``project_not_found``."""
-    try:
-        return Project.objects.get(slug=slug)
-    except Project.DoesNotExist:
-        raise ProjectNotFound(f"No project {slug!r}.") from None
 
 
 # --- workspaces -----------------------------------------------------------------

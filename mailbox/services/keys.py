@@ -16,7 +16,6 @@ from django.utils import timezone
 from common import limits
 from common.pause import pause_point
 from mailbox import credentials
-from mailbox.errors import KeyNotFound
 from mailbox.models import Project, ProjectKey, Session
 from mailbox.services.audit import audit_record
 from mailbox.services.identity import text_check
@@ -58,25 +57,6 @@ def key_create(project: Project, *, label: str = "", created_by: str = "") -> Is
             continue  # prefix collision (1 in ~10^12): draw again
         return IssuedKey(key=key, raw=new.raw)
     raise RuntimeError("Could not draw a unique key prefix.")
-
-
-def key_find(prefix_or_key: str) -> ProjectKey:
-    """Find a key by its prefix (``abcd1234`` or ``plumb_key_abcd1234``) or the whole key.
-
-    Raises ``key_not_found``; a whole key must match its digest, not just its prefix.
-    """
-    text = prefix_or_key.strip()
-    parsed = credentials.parse(text)
-    if parsed is not None:
-        key = ProjectKey.objects.filter(prefix=parsed.prefix).first()
-        if key is not None and credentials.matches(text, key.key_hash):
-            return key
-        raise KeyNotFound()
-    prefix = text.removeprefix("plumb_key_").rstrip("_")
-    key = ProjectKey.objects.filter(prefix=prefix).first() if prefix else None
-    if key is None:
-        raise KeyNotFound(f"No project key with prefix {prefix!r}.")
-    return key
 
 
 def key_revoke(key: ProjectKey, *, actor: str, reason: str = "") -> int:

@@ -28,7 +28,7 @@ from rest_framework import exceptions as drf
 from common import metrics
 from common.errors import PlumbError, exception_handler
 from common.schema import schema_fingerprint
-from mailbox.api.auth import REALM
+from mailbox import callers
 from plumb_site.mcp import identity, tools
 from plumb_site.mcp.schemas import TOOLS, TOOLS_BY_NAME
 
@@ -163,7 +163,7 @@ def _refusal(exc: Exception, request_id: Any) -> Reply:
         data=body,
     )
     if response.status_code == 401:
-        reply.headers["WWW-Authenticate"] = REALM
+        reply.headers["WWW-Authenticate"] = callers.REALM
     if response.has_header("Retry-After"):
         reply.headers["Retry-After"] = response["Retry-After"]
     return reply
@@ -303,7 +303,7 @@ def _initialize(request: HttpRequest, params: dict) -> tuple[dict[str, Any], dic
         # No name to act as: this MCP session gets a session of its own under a
         # generated name, and an id for it that the client sends back (never
         # the session's token: clients log session ids).
-        opened = identity.start_generated(caller)
+        opened = callers.caller_open_generated(caller)
         headers[identity.SESSION_ID_HEADER] = opened.mcp_session_id
     result = {
         "protocolVersion": version,

@@ -21,16 +21,16 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from rest_framework import exceptions as drf
 
-from common.errors import PlumbError, ValidationFailed, exception_handler
+from common.errors import PlumbError, exception_handler
 from common.schema import FINGERPRINT_FIELD
 from common.validation import validated
+from mailbox import callers
 from mailbox import representation as mailbox_json
 from mailbox import selectors as mailbox_selectors
 from mailbox import services as mailbox_services
 from mailbox.api import serializers as mailbox_io
 from mailbox.api.envelope import envelope
 from mailbox.models import Session
-from plumb_site.mcp import identity
 from plumb_site.mcp.schemas import TOOLS_BY_NAME, check_arguments
 from rooms import representation as room_json
 from rooms import selectors as room_selectors
@@ -44,7 +44,7 @@ class UnknownTool(Exception):
 
 
 def call_tool(
-    caller: identity.Caller, name: str, arguments: dict[str, Any], header_fingerprint: str | None
+    caller: callers.Caller, name: str, arguments: dict[str, Any], header_fingerprint: str | None
 ) -> tuple[dict[str, Any], int]:
     """Run one tool for ``caller``; returns the ``CallToolResult`` fields and the
     status REST would have answered (for the request metrics: a domain error is
@@ -66,8 +66,7 @@ def call_tool(
         if name == "session_start":
             session, payload = _session_start(caller, checked)
         else:
-            session, _ = identity.acting_session(caller)
-            identity.check_session_rate(session)
+            session, _ = callers.caller_session(caller)
             payload = _HANDLERS[name](session, checked)
         is_error, status = False, 200
     except (PlumbError, drf.ValidationError) as exc:
@@ -86,47 +85,19 @@ def call_tool(
 # --- sessions and the mailbox ------------------------------------------------------
 
 
-def _session_start(caller: identity.Caller, args: dict) -> tuple[Session, dict]:
-    """Resume or start the session this connection acts as (see identity).
+def _session_start(caller: callers.Caller, args: dict) -> tuple[Session, dict]:
+    """Resume or start the session this connection acts as (``callers.caller_session``).
 
-    ``workspace`` and ``name`` fill in what the headers leave out and must
-    agree with them: a tool result cannot switch the identity later calls
-    carry. ``token`` is set only when this call started the session, the one
-    moment it exists in clear.
+    ``token`` is set only when this call started the session, the one moment
+    it exists in clear.
     """
-    if caller.session is not None:
-        session = caller.session
-        _agree("workspace", args.get("workspace"), session.workspace.slug)
-        _agree("name", args.get("name"), session.name.handle)
-        started = None
-    else:
-        _agree("workspace", args.get("workspace"), caller.workspace)
-        _agree("name", args.get("name"), caller.name)
-        if caller.name is None and args.get("name") is not None:
-            # Named by the argument, not the header: refuse it under its own name.
-            mailbox_services.handle_check(args["name"])
-        # With both headers, authentication has looked the session up already.
-        named = caller
-        if not caller.named_looked_up:
-            named = identity.Caller(
-                key=caller.key,
-                workspace=caller.workspace or args.get("workspace"),
-                name=caller.name or args.get("name"),
-            )
-        session, started = identity.acting_session(named)
-    identity.check_session_rate(session)
+    session, started = callers.caller_session(
+        caller, workspace=args.get("workspace"), name=args.get("name")
+    )
     return session, {
         "session": mailbox_json.session_json(session),
         "token": started.token if started is not None else None,
     }
-
-
-def _agree(field: str, given: str | None, current: str | None) -> None:
-    if given is not None and current is not None and given != current:
-        raise ValidationFailed(
-            f"{field}: this connection acts as {current!r}.",
-            details={field: [f"This connection acts as {current!r}; omit it or pass that."]},
-        )
 
 
 def _leave_note(session: Session, args: dict) -> dict:

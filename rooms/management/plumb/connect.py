@@ -27,8 +27,8 @@ from django.conf import settings
 
 from common import limits
 from common.errors import ValidationFailed
-from common.schema import NAME_HEADER, WORKSPACE_HEADER
 from mailbox import selectors, services
+from mailbox.callers import NAME_HEADER, WORKSPACE_HEADER
 from mailbox.errors import NameTaken
 from rooms.management.plumb.text import Console, operator_name, server_url
 
@@ -115,7 +115,7 @@ def base_url(given: str | None) -> str:
 def connect_print(out: Console, options: dict[str, Any]) -> None:
     # Everything the server would refuse is checked before a key is issued,
     # so a refused command leaves no key behind.
-    project = services.project_get(options["project"])
+    project = selectors.project_get_for_operator(options["project"])
     workspace = selectors.workspace_get_for_operator(project, options["workspace"])
     name = services.handle_check(options["name"])
     bound = selectors.name_get_for_operator(name)

@@ -100,7 +100,7 @@ def project_create(out: Console, options: dict[str, Any]) -> None:
 
 
 def project_set(out: Console, options: dict[str, Any]) -> None:
-    project = services.project_get(options["slug"])
+    project = selectors.project_get_for_operator(options["slug"])
     changes = _project_changes(options)
     if not changes:
         out.say(f"Nothing to change for project {project.slug}: {project_summary(project)}.")
@@ -137,7 +137,7 @@ def _add_workspace_commands(groups: argparse._SubParsersAction) -> None:
 
 
 def workspace_create(out: Console, options: dict[str, Any]) -> None:
-    project = services.project_get(options["project"])
+    project = selectors.project_get_for_operator(options["project"])
     workspace = services.workspace_create(project, slug=options["slug"])
     out.say(f"Created workspace {workspace.slug} in project {project.slug}.")
 
@@ -170,7 +170,7 @@ def _add_key_commands(groups: argparse._SubParsersAction) -> None:
 
 
 def key_create(out: Console, options: dict[str, Any]) -> None:
-    project = services.project_get(options["project"])
+    project = selectors.project_get_for_operator(options["project"])
     issued = services.key_create(project, label=options["label"], created_by=operator_name())
     out.say(f"Created project key {issued.key.display_prefix} for project {project.slug}.")
     say_key(out, issued.raw)
@@ -186,7 +186,7 @@ def say_key(out: Console, raw: str) -> None:
 
 
 def key_list(out: Console, options: dict[str, Any]) -> None:
-    project = services.project_get(options["project"]) if options["project"] else None
+    project = selectors.project_get_for_operator(options["project"]) if options["project"] else None
     rows = (
         [
             key.display_prefix,
@@ -215,7 +215,7 @@ def key_list(out: Console, options: dict[str, Any]) -> None:
 
 
 def key_revoke(out: Console, options: dict[str, Any]) -> None:
-    key: ProjectKey = services.key_find(options["key"])
+    key: ProjectKey = selectors.key_get_for_operator(options["key"])
     was_active = key.is_active
     ended = services.key_revoke(key, actor=operator_name())
     if was_active:
@@ -260,15 +260,15 @@ def _add_optin_commands(groups: argparse._SubParsersAction) -> None:
 
 
 def optin_grant(out: Console, options: dict[str, Any]) -> None:
-    project = services.project_get(options["project"])
-    source = services.project_get(options["source"])
+    project = selectors.project_get_for_operator(options["project"])
+    source = selectors.project_get_for_operator(options["source"])
     services.optin_grant(project, source=source, created_by=operator_name(), note=options["note"])
     out.say(f"Project {project.slug} now accepts notes and room joins from {source.slug}.")
 
 
 def optin_revoke(out: Console, options: dict[str, Any]) -> None:
-    project = services.project_get(options["project"])
-    source = services.project_get(options["source"])
+    project = selectors.project_get_for_operator(options["project"])
+    source = selectors.project_get_for_operator(options["source"])
     services.optin_revoke(project, source=source, actor=operator_name())
     out.say(f"Project {project.slug} no longer has an opt-in for {source.slug}.")
     if not project.accept_all_projects:
@@ -285,7 +285,7 @@ def optin_revoke(out: Console, options: dict[str, Any]) -> None:
 
 
 def optin_list(out: Console, options: dict[str, Any]) -> None:
-    project = services.project_get(options["project"]) if options["project"] else None
+    project = selectors.project_get_for_operator(options["project"]) if options["project"] else None
     rows = (
         [
             optin.project.slug,

@@ -60,7 +60,7 @@ def session_state(session: Session, now: Any) -> str:
 
 
 def session_list(out: Console, options: dict[str, Any]) -> None:
-    project = services.project_get(options["project"]) if options["project"] else None
+    project = selectors.project_get_for_operator(options["project"]) if options["project"] else None
     sessions = selectors.session_list_for_operator(
         project, connected=options["connected"], limit=options["limit"]
     )
@@ -103,7 +103,7 @@ def audit_list(out: Console, options: dict[str, Any]) -> None:
     if slug and not records:
         # A deleted project's records stay listable by slug; only a slug that
         # names nothing at all is a mistake worth an error.
-        services.project_get(slug)
+        selectors.project_get_for_operator(slug)
     rows = (
         [
             timestamp(r.created_at),
