@@ -14,6 +14,10 @@ And the front doors stay front doors: nothing imports ``<app>.api`` or
 and ``rooms.api`` / ``rooms.admin`` building on ``mailbox.api`` /
 ``mailbox.admin``. Services, errors and representations never reach up into
 an API or an admin.
+
+Who is calling is decided in one place, ``mailbox.callers``: nothing under
+``plumb_site`` reads session, key or MCP session rows itself (no manager of
+``Session``, ``ProjectKey`` or ``McpSession``); its doors ask ``callers``.
 """
 
 from __future__ import annotations
@@ -115,6 +119,52 @@ def layout_violations(root: Path) -> list[str]:
 
 def test_every_import_points_down():
     assert layout_violations(ROOT) == []
+
+
+# --- who is calling is decided in mailbox.callers -------------------------------------
+
+IDENTITY_MODELS = frozenset({"Session", "ProjectKey", "McpSession"})
+MANAGERS = frozenset({"objects", "_default_manager", "_base_manager"})
+
+
+def identity_reads(root: Path) -> list[str]:
+    """``file:line`` for each use of an identity model's manager under ``plumb_site``."""
+    found = []
+    for path in sorted((root / "plumb_site").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in MANAGERS
+                and isinstance(node.value, ast.Name)
+                and node.value.id in IDENTITY_MODELS
+            ):
+                found.append(f"{path.relative_to(root)}:{node.lineno} reads {node.value.id} rows")
+    return found
+
+
+def test_no_door_under_plumb_site_reads_identity_rows_itself():
+    assert identity_reads(ROOT) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "def f():\n    return Session.objects.filter(name='x')\n",
+        "def f():\n    return ProjectKey._default_manager.all()\n",
+        "def f():\n    return McpSession._base_manager.first()\n",
+    ],
+)
+def test_an_identity_read_under_plumb_site_is_named(tmp_path, text):
+    root = _tree(tmp_path, {"plumb_site/mcp/tools.py": text})
+    assert [line.split(" reads ")[0] for line in identity_reads(root)] == [
+        "plumb_site/mcp/tools.py:2"
+    ]
+
+
+def test_identity_models_named_without_their_manager_pass(tmp_path):
+    text = "from mailbox.models import Session\n\ndef f(s: Session) -> str:\n    return s.name\n"
+    assert identity_reads(_tree(tmp_path, {"plumb_site/mcp/tools.py": text})) == []
 
 
 # --- the checker itself catches each kind of forbidden import --------------------------
