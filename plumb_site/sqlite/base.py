@@ -35,7 +35,7 @@ The hooks overridden here are private Django API (the connection's
 ``_start_transaction_under_autocommit``, ``_commit``, ``_rollback``,
 ``_close`` and ``create_cursor``; the cursor's ``execute``, ``executemany``
 and ``convert_query``; the test database's ``_destroy_test_db``):
-``tests/plumb_site/test_sqlite_backend.py`` pins how Django calls them.
+``tests/plumb_site/test_sqlite_django_hooks.py`` pins how Django calls them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The waiting tools over MCP: ``wait_for_activity`` and ``read_messages`` with ``wait``.
 
 Same services, same JSON, same error codes as REST (``tests/rooms/test_activity_api.py``,
-``tests/rooms/test_messages_api.py``); the waiting rules themselves are
+``tests/rooms/test_message_read_api.py``); the waiting rules themselves are
 ``tests/rooms/test_waiting.py``.
 """
 

@@ -2,7 +2,7 @@
 
 Every refusal is checked for its status, its code and that nothing was stored
 (rooms, members, events, messages and every room's head seq unchanged).
-Sending, reading and reviewing are in test_messages_api.py.
+Sending, reading and reviewing are in test_message_*.py.
 """
 
 from datetime import datetime
