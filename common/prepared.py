@@ -106,6 +106,103 @@ class Prepared:
         return rows
 
 
+class PreparedObjects(Prepared):
+    """A ``Prepared`` query whose rows come back as instances, wired as ``select_related`` would.
+
+    ``build`` returns a queryset of one model, filtered and annotated.
+    ``related`` names the relations to load in the same query: forward paths
+    (``"name"``, ``"workspace__project"``; their steps are loaded too), and a
+    reverse path to one row when the filter leaves one (``"project__keys"``),
+    whose instance then points back at its parent. ``annotations`` are set
+    on the base instance as the ORM sets them. Each row becomes a dict of
+    instances by path, the base one under ``""``: one place wires related
+    rows, so a query adds a relation by naming it.
+    """
+
+    def __init__(
+        self,
+        build: Callable[..., QuerySet],
+        params: Sequence[str],
+        *,
+        related: Sequence[str] = (),
+        annotations: Sequence[str] = (),
+    ) -> None:
+        self._build_objects = build
+        self._related = related
+        self._annotations = tuple(annotations)
+        self._plan: _LoadPlan | None = None
+        super().__init__(self._build_values, params)
+
+    def _build_values(self, **values: Any) -> QuerySet:
+        queryset = self._build_objects(**values)
+        if self._plan is None:
+            self._plan = _LoadPlan(queryset.model, self._related)
+        return queryset.order_by().values_list(*self._plan.columns, *self._annotations)
+
+    def first(self, using: str = "default", cursor=None, **values: Any) -> dict[str, Any] | None:
+        """The first row's instances by path, or None when nothing matches."""
+        rows = self.rows(using, cursor, **values)
+        return self._load(rows[0], using) if rows else None
+
+    def all(self, using: str = "default", cursor=None, **values: Any) -> list[dict[str, Any]]:
+        return [self._load(row, using) for row in self.rows(using, cursor, **values)]
+
+    def _load(self, row: Sequence[Any], using: str) -> dict[str, Any]:
+        objects = self._plan.load(row, using)
+        base = objects[""]
+        for name, value in zip(self._annotations, row[len(self._plan.columns) :], strict=True):
+            setattr(base, name, value)
+        return objects
+
+
+class _LoadPlan:
+    """Columns of a model and of its related rows, and how to wire the instances."""
+
+    def __init__(self, model: type[Model], related: Sequence[str]) -> None:
+        names = concrete_attnames(model)
+        self.columns: list[str] = list(names)
+        self._base = (model, names, len(names))
+        # (path, model, its column names, first column, parent path, attribute
+        # of the parent that holds it, or the attribute of it that holds the parent)
+        self._steps: list[tuple[str, type[Model], tuple[str, ...], int, str, str, str]] = []
+        models = {"": model}
+        for full in related:
+            parts = full.split("__")
+            for depth in range(1, len(parts) + 1):
+                path = "__".join(parts[:depth])
+                if path in models:
+                    continue
+                parent = "__".join(parts[: depth - 1])
+                relation = models[parent]._meta.get_field(parts[depth - 1])
+                target = relation.related_model
+                target_names = concrete_attnames(target)
+                if relation.one_to_many:
+                    # A reverse foreign key's row points back at its parent.
+                    down, up = "", relation.field.name
+                else:
+                    down, up = parts[depth - 1], ""
+                self._steps.append(
+                    (path, target, target_names, len(self.columns), parent, down, up)
+                )
+                models[path] = target
+                self.columns.extend(f"{path}__{name}" for name in target_names)
+
+    def load(self, row: Sequence[Any], using: str) -> dict[str, Any]:
+        model, names, end = self._base
+        objects: dict[str, Any] = {"": model.from_db(using, names, row[:end])}
+        for path, model, names, start, parent_path, down, up in self._steps:
+            instance = model.from_db(using, names, row[start : start + len(names)])
+            if instance.pk is None:
+                instance = None  # an outer join found no row: a null foreign key
+            parent = objects[parent_path]
+            if parent is not None and down:
+                setattr(parent, down, instance)
+            elif parent is not None and instance is not None:
+                setattr(instance, up, parent)
+            objects[path] = instance
+        return objects
+
+
 def _hashable(value: Any) -> bool:
     try:
         hash(value)

@@ -122,8 +122,10 @@ def check_key(
     return key
 
 
-def _session_of_token(request: HttpRequest, parsed: credentials.ParsedCredential) -> Session:
-    session = selectors.session_for_token_prefix(parsed.prefix)
+def _session_checked(
+    request: HttpRequest, parsed: credentials.ParsedCredential, session: Session | None
+) -> Session:
+    """The live session of a token, ``session`` being the row of its prefix, or None."""
     if session is None or not credentials.matches(parsed.raw, session.token_hash):
         raise _unknown(request, "The session token is not known.")
     check_session_live(session)
@@ -143,7 +145,7 @@ def session_authenticate(request: HttpRequest) -> Session | None:
             "session_token_required",
             "This call needs a session token; a project key only starts sessions.",
         )
-    return _session_of_token(request, parsed)
+    return _session_checked(request, parsed, selectors.session_for_token_prefix(parsed.prefix))
 
 
 def key_authenticate(request: HttpRequest) -> ProjectKey | None:
@@ -189,54 +191,53 @@ def caller_identify(
     name: str | None,
     mcp_session_id: str | None,
 ) -> Caller:
-    """Check the request's credential and find what it names; raises DRF's 401s.
+    """Check the request's credential and what it names; raises DRF's 401s.
 
     A session token acts as its session, whatever else is sent. A key with
-    both names finds the open session of that name in the same query
-    (``selectors.open_session_with_key``). ``mcp_session_id``, when the door
-    counts one, selects a session of the key's project (``Mcp-Session-Id``
-    of a handshake-era client): an unknown or dead one is
-    ``McpSessionIdUnknown`` (404, which tells the client to initialize again).
+    both names comes with the open session of that name, looked up in the
+    same query. ``mcp_session_id``, when the door counts one, selects a
+    session of the key's project (the ``Mcp-Session-Id`` of a handshake-era
+    client): an unknown or dead one is ``McpSessionIdUnknown`` (404, which
+    tells the client to initialize again).
     """
     parsed = credential_read(request)
     if parsed is None:
         raise exceptions.NotAuthenticated()
-    if parsed.kind == credentials.SESSION_TOKEN:
-        return Caller(session=_session_of_token(request, parsed))
-    if workspace is not None and name is not None:
-        return _caller_named(request, parsed, workspace, name)
-    key = check_key(request, parsed, selectors.key_for_prefix(parsed.prefix))
-    caller = Caller(key=key, workspace=workspace, name=name)
-    if name is None and mcp_session_id is not None:
-        caller.session = _session_of_mcp_id(mcp_session_id, key)
-    return caller
+    return _caller_checked(
+        request,
+        parsed,
+        Caller(workspace=workspace, name=name),
+        mcp_session_id,
+        selectors.credential_rows(
+            parsed, workspace=workspace, name=name, mcp_session_id=mcp_session_id
+        ),
+    )
 
 
-def _caller_named(
-    request: HttpRequest, parsed: credentials.ParsedCredential, workspace: str, name: str
+def _caller_checked(
+    request: HttpRequest,
+    parsed: credentials.ParsedCredential,
+    caller: Caller,
+    mcp_session_id: str | None,
+    rows: selectors.CredentialRows,
 ) -> Caller:
-    """The key and the open session its names point at, found in one query.
-
-    This is how the README's MCP configuration calls plumb, on every tool
-    call. The key is checked first, as alone; names that point at no open
-    session leave ``named`` None, and the key is then read on its own.
-    """
-    caller = Caller(workspace=workspace, name=name, named_looked_up=True)
-    found = selectors.open_session_with_key(parsed.prefix, workspace=workspace, name=name)
-    if found is None:
-        caller.key = check_key(request, parsed, selectors.key_for_prefix(parsed.prefix))
-        return caller
-    session, key = found
-    caller.key = check_key(request, parsed, key)
-    # An open session past its time is not connected: the next start replaces it.
-    caller.named = session if session.is_connected() else None
+    if parsed.kind == credentials.SESSION_TOKEN:
+        return Caller(session=_session_checked(request, parsed, rows.session))
+    # The key is checked first, as alone, whichever way it was read.
+    caller.key = check_key(request, parsed, rows.key)
+    if caller.workspace is not None and caller.name is not None:
+        caller.named_looked_up = True
+        # An open session past its time is not connected: the next start replaces it.
+        if rows.named is not None and rows.named.is_connected():
+            caller.named = rows.named
+    elif caller.name is None and mcp_session_id is not None:
+        caller.session = _mcp_session_checked(rows.session)
     return caller
 
 
-def _session_of_mcp_id(mcp_session_id: str, key: ProjectKey) -> Session:
+def _mcp_session_checked(session: Session | None) -> Session:
     # The id maps to its session in the database (mailbox.McpSession), so any
     # server process can answer, across restarts; ending the session ends it.
-    session = selectors.session_for_mcp_session_id(mcp_session_id, project=key.project)
     try:
         if session is None:
             raise _refusal("invalid_token", "Unknown session id.")

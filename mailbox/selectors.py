@@ -10,12 +10,11 @@ it, so that nothing after authentication reads them again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 
-from common.prepared import Prepared, concrete_attnames, instances_from_row
+from common.prepared import Prepared, PreparedObjects
 from mailbox import credentials
 from mailbox.errors import (
     ConversationNotFound,
@@ -284,121 +283,112 @@ def pending_exists() -> Q:
 
 # --- who is calling: the credential look-ups of mailbox.callers ------------------------
 
-# A session row with everything a call needs of it: its name, its workspace
-# and that workspace's project, then whether notes wait for it.
-_SESSION_MODELS = (Session, AgentName, Workspace, Project)
-_SESSION_PATHS = ("", "name__", "workspace__", "workspace__project__")
+# A session comes with everything a call needs of it: its name, its workspace
+# and that workspace's project, and whether notes wait for it.
+_SESSION_RELATED = ("name", "workspace__project")
 
 
-def _session_columns(prefix: str = "") -> list[str]:
-    return [
-        f"{prefix}{path}{field}"
-        for model, path in zip(_SESSION_MODELS, _SESSION_PATHS, strict=True)
-        for field in concrete_attnames(model)
-    ]
+def _sessions_with_pending(sessions: QuerySet[Session]) -> QuerySet[Session]:
+    return sessions.annotate(notes_maybe_pending=pending_exists())
 
 
-def _session_from_row(row: Sequence[Any]) -> Session:
-    """A session wired to its name, workspace and project; the row ends with the pending flag."""
-    session, name, workspace, project = instances_from_row(row, *_SESSION_MODELS)
-    workspace.project = project
-    session.name = name
-    session.workspace = workspace
-    session.notes_maybe_pending = bool(row[-1])
-    return session
-
-
-def _sessions_with_pending(sessions: QuerySet[Session], *extra: str) -> QuerySet[Session]:
-    return (
-        sessions.annotate(notes_maybe_pending=pending_exists())
-        .order_by()
-        .values_list(*_session_columns(), *extra, "notes_maybe_pending")
-    )
-
-
-_session_by_token_prefix = Prepared(
+_session_by_token_prefix = PreparedObjects(
     lambda prefix: _sessions_with_pending(Session.objects.filter(token_prefix=prefix)),
     params=["prefix"],
+    related=_SESSION_RELATED,
+    annotations=["notes_maybe_pending"],
 )
-
-
-def session_for_token_prefix(prefix: str) -> Session | None:
-    """The session whose token has this prefix, ended or not; every session call starts here."""
-    rows = _session_by_token_prefix.rows(prefix=prefix)
-    return _session_from_row(rows[0]) if rows else None
-
-
-_key_by_prefix = Prepared(
-    lambda prefix: (
-        ProjectKey.objects.filter(prefix=prefix)
-        .order_by()
-        .values_list(
-            *concrete_attnames(ProjectKey),
-            *(f"project__{f}" for f in concrete_attnames(Project)),
-        )
-    ),
+_key_by_prefix = PreparedObjects(
+    lambda prefix: ProjectKey.objects.filter(prefix=prefix),
     params=["prefix"],
+    related=["project"],
 )
-
-
-def key_for_prefix(prefix: str) -> ProjectKey | None:
-    """The project key with this prefix and its project, revoked or not; every start begins here."""
-    rows = _key_by_prefix.rows(prefix=prefix)
-    if not rows:
-        return None
-    key, project = instances_from_row(rows[0], ProjectKey, Project)
-    key.project = project
-    return key
-
-
-_KEY_COLUMNS = tuple(f"workspace__project__keys__{f}" for f in concrete_attnames(ProjectKey))
-_open_session_of_name_with_key = Prepared(
+_open_session_of_name_with_key = PreparedObjects(
     lambda prefix, workspace, name: _sessions_with_pending(
         Session.objects.filter(
             ended_at__isnull=True,  # at most one such row per name (session_one_open_per_name)
             name__handle=name,
             workspace__slug=workspace,
             workspace__project__keys__prefix=prefix,
-        ),
-        *_KEY_COLUMNS,
+        )
     ),
     params=["prefix", "workspace", "name"],
+    related=(*_SESSION_RELATED, "workspace__project__keys"),
+    annotations=["notes_maybe_pending"],
+)
+_session_by_mcp_session_id = PreparedObjects(
+    lambda mcp_session_id, project_id: _sessions_with_pending(
+        Session.objects.filter(
+            mcp_session__public_id=mcp_session_id, workspace__project_id=project_id
+        )
+    ),
+    params=["mcp_session_id", "project_id"],
+    related=_SESSION_RELATED,
+    annotations=["notes_maybe_pending"],
 )
 
 
-def open_session_with_key(
-    key_prefix: str, *, workspace: str, name: str
-) -> tuple[Session, ProjectKey] | None:
-    """The open session of ``name`` in ``workspace`` and the project key of that prefix,
-    in one query, when both exist in one project; else None.
+def session_for_token_prefix(prefix: str) -> Session | None:
+    """The session whose token has this prefix, ended or not: every REST session call's query."""
+    found = _session_by_token_prefix.first(prefix=prefix)
+    return found and found[""]
 
-    This is how an MCP client configured with a key and ``Plumb-Name`` finds
-    its session on every call. The session may have expired: the caller checks.
+
+def key_for_prefix(prefix: str) -> ProjectKey | None:
+    """The project key with this prefix and its project, revoked or not: every REST start's."""
+    found = _key_by_prefix.first(prefix=prefix)
+    return found and found[""]
+
+
+@dataclass(frozen=True)
+class CredentialRows:
+    """The rows a credential and the names sent with it point at; nothing checked yet.
+
+    ``session`` is a session token's session, or the session an
+    ``Mcp-Session-Id`` names in the key's project (ended ones too, so that
+    ``mailbox.callers`` can say which); ``key`` is a project key's row;
+    ``named`` the open session of the workspace and name sent with a key,
+    found with the key in one query (it may have expired).
     """
-    rows = _open_session_of_name_with_key.rows(prefix=key_prefix, workspace=workspace, name=name)
-    if not rows:
-        return None
-    row = rows[0]
-    session = _session_from_row([*row[: len(_session_columns())], row[-1]])
-    (key,) = instances_from_row(row[len(_session_columns()) : -1], ProjectKey)
-    key.project = session.workspace.project
-    return session, key
+
+    key: ProjectKey | None = None
+    session: Session | None = None
+    named: Session | None = None
 
 
-def session_for_mcp_session_id(mcp_session_id: str, *, project: Project) -> Session | None:
-    """The session an ``Mcp-Session-Id`` of ``project`` names, ended or not; else None.
+def credential_rows(
+    credential: credentials.ParsedCredential,
+    *,
+    workspace: str | None,
+    name: str | None,
+    mcp_session_id: str | None,
+) -> CredentialRows:
+    """Read what a credential names, in one query for each way of naming a session.
 
-    An id of another project is None like an unknown one, so ids say nothing
-    across projects.
+    A key with a workspace and a name is how the README's MCP configuration
+    calls plumb, on every tool call: the key comes with the open session of
+    that name, and with whether notes wait for it, as a token's session
+    does. Only when no such session is open is the key read alone. An
+    ``Mcp-Session-Id`` of another project is not found, like an unknown one,
+    so ids say nothing across projects.
     """
-    rows = list(
-        _sessions_with_pending(
-            Session.objects.filter(
-                mcp_session__public_id=mcp_session_id, workspace__project_id=project.pk
-            )
-        )[:1]
+    if credential.kind == credentials.SESSION_TOKEN:
+        found = _session_by_token_prefix.first(prefix=credential.prefix)
+        return CredentialRows(session=found and found[""])
+    if workspace is not None and name is not None:
+        found = _open_session_of_name_with_key.first(
+            prefix=credential.prefix, workspace=workspace, name=name
+        )
+        if found is not None:
+            return CredentialRows(key=found["workspace__project__keys"], named=found[""])
+    found = _key_by_prefix.first(prefix=credential.prefix)
+    if found is None or name is not None or mcp_session_id is None:
+        return CredentialRows(key=found and found[""])
+    key = found[""]
+    session = _session_by_mcp_session_id.first(
+        mcp_session_id=mcp_session_id, project_id=key.project_id
     )
-    return _session_from_row(rows[0]) if rows else None
+    return CredentialRows(key=key, session=session and session[""])
 
 
 def session_connected_of_name(project: Project, *, workspace: str, name: str) -> Session | None:

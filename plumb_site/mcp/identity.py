@@ -40,9 +40,9 @@ def authenticate(request: HttpRequest, *, use_session_id: bool) -> Caller:
     requests after ``initialize``; never on ``initialize`` itself nor in the
     stateless era, which has no MCP sessions).
     """
+    workspace = _header(request, callers.WORKSPACE_HEADER)
+    name = _header(request, callers.NAME_HEADER)
+    mcp_session_id = _header(request, SESSION_ID_HEADER) if use_session_id else None
     return callers.caller_identify(
-        request,
-        workspace=_header(request, callers.WORKSPACE_HEADER),
-        name=_header(request, callers.NAME_HEADER),
-        mcp_session_id=_header(request, SESSION_ID_HEADER) if use_session_id else None,
+        request, workspace=workspace, name=name, mcp_session_id=mcp_session_id
     )

@@ -25,7 +25,6 @@ from typing import Any
 from django.http import HttpRequest
 from rest_framework import exceptions as drf
 
-from common import metrics
 from common.errors import PlumbError, exception_handler
 from common.schema import schema_fingerprint
 from mailbox import callers
@@ -82,11 +81,18 @@ _MODERN_METHODS = frozenset({"server/discover", "tools/list", "tools/call"})
 
 @dataclass
 class Reply:
-    """What to answer over HTTP: a status, a JSON body (or none) and extra headers."""
+    """What to answer over HTTP: a status, a JSON body (or none) and extra headers.
+
+    ``operation`` and ``tool_status`` are what the request metrics count it
+    as (``metrics.label_request``): one URL serves every tool, and a tool's
+    domain error is a 200 HTTP response that stands for its REST status.
+    """
 
     status: int
     body: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    operation: str | None = None
+    tool_status: int | None = None
 
 
 class RpcError(Exception):
@@ -124,9 +130,13 @@ def handle(request: HttpRequest, message: Any) -> Reply:
     if not isinstance(message["method"], str):
         return error_reply(400, INVALID_REQUEST, "method must be a string.")
     if "id" not in message:
-        metrics.label_request(request, operation="mcp:notification")
-        return Reply(202)  # notifications change nothing here
-    metrics.label_request(request, operation=_operation(message["method"], message.get("params")))
+        return Reply(202, operation="mcp:notification")  # notifications change nothing here
+    reply = _answer(request, message)
+    reply.operation = _operation(message["method"], message.get("params"))
+    return reply
+
+
+def _answer(request: HttpRequest, message: dict) -> Reply:
     request_id = message["id"]
     if isinstance(request_id, bool) or not isinstance(request_id, str | int):
         return error_reply(400, INVALID_REQUEST, "id must be a string or an integer.")
@@ -135,7 +145,7 @@ def handle(request: HttpRequest, message: Any) -> Reply:
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "params must be an object.")
         modern = _era(request, message["method"], params)
-        result, headers = _dispatch(request, message["method"], params, modern)
+        result, headers, tool_status = _dispatch(request, message["method"], params, modern)
     except RpcError as exc:
         return error_reply(exc.status, exc.code, exc.message, request_id=request_id, data=exc.data)
     except (PlumbError, drf.APIException) as exc:
@@ -148,7 +158,8 @@ def handle(request: HttpRequest, message: Any) -> Reply:
     if modern:
         result = {**result, "resultType": "complete"}
         result["_meta"] = {**result.get("_meta", {}), META_SERVER_INFO: SERVER_INFO}
-    return Reply(200, {"jsonrpc": "2.0", "id": request_id, "result": result}, headers)
+    body = {"jsonrpc": "2.0", "id": request_id, "result": result}
+    return Reply(200, body, headers, tool_status=tool_status)
 
 
 def _refusal(exc: Exception, request_id: Any) -> Reply:
@@ -246,34 +257,74 @@ def _unsupported(requested: Any) -> RpcError:
 
 def _dispatch(
     request: HttpRequest, method: str, params: dict, modern: bool
-) -> tuple[dict[str, Any], dict[str, str]]:
+) -> tuple[dict[str, Any], dict[str, str], int | None]:
+    """The result of a method, the headers to add, and the status REST would have
+    answered a tool call (a domain error is a successful JSON-RPC response)."""
     if method not in (_MODERN_METHODS if modern else _LEGACY_METHODS):
         # The stateless era answers an unknown method with 404 (its transport
         # tells it apart from a missing endpoint by this JSON-RPC body).
         raise RpcError(
             METHOD_NOT_FOUND, f"Unknown method {method!r}.", status=404 if modern else 200
         )
+    version = _negotiated(params) if method == "initialize" else None
+    fingerprint = request.headers.get(FINGERPRINT_HEADER)
+    # Once per request, whatever the method: who is calling (an initialize
+    # carries no MCP session id yet).
+    caller = identity.authenticate(request, use_session_id=not modern and version is None)
+    if method == "tools/call":
+        name, arguments = _tool_call(params)
+        try:
+            result, status = tools.call_tool(caller, name, arguments, fingerprint)
+        except tools.UnknownTool:
+            raise RpcError(INVALID_PARAMS, f"Unknown tool {name!r}.") from None
+        return result, {}, status
     if method == "initialize":
-        return _initialize(request, params)
-    caller = identity.authenticate(request, use_session_id=not modern)
-    if method == "ping":
-        return {}, {}
-    if method == "server/discover":
-        return {
-            "supportedVersions": list(SUPPORTED_VERSIONS),
+        headers = {}
+        if caller.key is not None and caller.name is None:
+            # No name to act as: this MCP session gets a session of its own under
+            # a generated name, and an id for it that the client sends back
+            # (never the session's token: clients log session ids).
+            opened = callers.caller_open_generated(caller)
+            headers[identity.SESSION_ID_HEADER] = opened.mcp_session_id
+        result = {
+            "protocolVersion": version,
             "capabilities": CAPABILITIES,
+            "serverInfo": SERVER_INFO,
             "instructions": INSTRUCTIONS,
-            "ttlMs": LIST_TTL_MS,
-            "cacheScope": "public",
-        }, {}
-    if method == "tools/list":
-        result: dict[str, Any] = {
-            "tools": TOOLS,
-            "_meta": {META_FINGERPRINT: schema_fingerprint()},
         }
-        if modern:
-            result.update(ttlMs=LIST_TTL_MS, cacheScope="public")
-        return result, {}
+        return result, headers, None
+    if method == "ping":
+        return {}, {}, None
+    if method == "server/discover":
+        return (
+            {
+                "supportedVersions": list(SUPPORTED_VERSIONS),
+                "capabilities": CAPABILITIES,
+                "instructions": INSTRUCTIONS,
+                "ttlMs": LIST_TTL_MS,
+                "cacheScope": "public",
+            },
+            {},
+            None,
+        )
+    result: dict[str, Any] = {
+        "tools": TOOLS,
+        "_meta": {META_FINGERPRINT: schema_fingerprint()},
+    }
+    if modern:
+        result.update(ttlMs=LIST_TTL_MS, cacheScope="public")
+    return result, {}, None
+
+
+def _negotiated(params: dict) -> str:
+    """The version an initialize settles on: the client's when we speak it, else our newest."""
+    requested = params.get("protocolVersion")
+    if not isinstance(requested, str):
+        raise RpcError(INVALID_PARAMS, "params.protocolVersion must be a string.")
+    return requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
+
+
+def _tool_call(params: dict) -> tuple[str, dict[str, Any]]:
     name, arguments = params.get("name"), params.get("arguments", {})
     if not isinstance(name, str):
         raise RpcError(INVALID_PARAMS, "params.name must be the tool name.")
@@ -281,34 +332,4 @@ def _dispatch(
         arguments = {}
     if not isinstance(arguments, dict):
         raise RpcError(INVALID_PARAMS, "params.arguments must be an object.")
-    try:
-        result, status = tools.call_tool(
-            caller, name, arguments, request.headers.get(FINGERPRINT_HEADER)
-        )
-    except tools.UnknownTool:
-        raise RpcError(INVALID_PARAMS, f"Unknown tool {name!r}.") from None
-    metrics.label_request(request, status=status)
-    return result, {}
-
-
-def _initialize(request: HttpRequest, params: dict) -> tuple[dict[str, Any], dict[str, str]]:
-    requested = params.get("protocolVersion")
-    if not isinstance(requested, str):
-        raise RpcError(INVALID_PARAMS, "params.protocolVersion must be a string.")
-    # Negotiation: the client's version when we speak it, else our newest.
-    version = requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
-    caller = identity.authenticate(request, use_session_id=False)
-    headers = {}
-    if caller.key is not None and caller.name is None:
-        # No name to act as: this MCP session gets a session of its own under a
-        # generated name, and an id for it that the client sends back (never
-        # the session's token: clients log session ids).
-        opened = callers.caller_open_generated(caller)
-        headers[identity.SESSION_ID_HEADER] = opened.mcp_session_id
-    result = {
-        "protocolVersion": version,
-        "capabilities": CAPABILITIES,
-        "serverInfo": SERVER_INFO,
-        "instructions": INSTRUCTIONS,
-    }
-    return result, headers
+    return name, arguments

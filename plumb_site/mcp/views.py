@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import ParseError
 
+from common import metrics
 from common.parsers import MAX_DEPTH, check_json_value
 from plumb_site.mcp import protocol
 
@@ -58,7 +59,9 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         message = _parse(raw)
     except ValueError as exc:
         return _http(protocol.error_reply(400, protocol.PARSE_ERROR, f"Parse error: {exc}"))
-    return _http(protocol.handle(request, message))
+    reply = protocol.handle(request, message)
+    metrics.label_request(request, operation=reply.operation, status=reply.tool_status)
+    return _http(reply)
 
 
 def origin_allowed(origin: str | None) -> bool:
