@@ -102,8 +102,6 @@ class ClosedBodyExtension(OpenApiSerializerExtension):
 
 # --- the schema fingerprint ------------------------------------------------------------
 
-# The name clients use for it in bodies, query strings and tool arguments (SPEC §2).
-FINGERPRINT_FIELD = "tool_schema_fingerprint"
 
 _fingerprint_lock = threading.Lock()
 _fingerprint: str | None = None

@@ -19,19 +19,26 @@ from common import limits
 from common.fields import StrictCharField
 
 UNKNOWN_FIELD = "Unknown field."
+# What clients call their copy of the schema's fingerprint in bodies, query
+# strings and tool arguments (SPEC §2). Every call may send it; it is read
+# apart (``schema_stale``), so validated input never carries it on.
+FINGERPRINT_FIELD = "tool_schema_fingerprint"
 
 _instances: dict[type[serializers.Serializer], serializers.Serializer] = {}
 _lock = threading.Lock()
 
 
 def validated(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    """``serializer_class(data=data)``'s validated data; raises its ``ValidationError``."""
+    """``serializer_class(data=data)``'s validated data, without the schema fingerprint;
+    raises its ``ValidationError``."""
     serializer = _instances.get(serializer_class)
     if serializer is None:
         with _lock:
             serializer = _instances.setdefault(serializer_class, serializer_class())
             serializer.fields  # noqa: B018 -- bind the fields once, under the lock
-    return dict(serializer.run_validation(data))
+    fields = dict(serializer.run_validation(data))
+    fields.pop(FINGERPRINT_FIELD, None)
+    return fields
 
 
 class BodyInput(serializers.Serializer):

@@ -11,7 +11,7 @@ from typing import Any
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from common.schema import FINGERPRINT_FIELD
+from common.validation import FINGERPRINT_FIELD
 from mailbox.api.auth import IsAgentSession, SessionTokenAuthentication
 from mailbox.api.envelope import envelope
 from mailbox.models import Session

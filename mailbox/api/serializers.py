@@ -68,16 +68,6 @@ class NoteLeaveInput(BodyInput):
         max_length=limits.IDEMPOTENCY_KEY_MAX,
     )
 
-    @staticmethod
-    def service_arguments(data: dict) -> dict:
-        """The validated fields ``note_leave`` takes."""
-        return {
-            "body": data["body"],
-            "to": data.get("to"),
-            "conversation_id": data.get("conversation_id"),
-            "idempotency_key": data.get("idempotency_key"),
-        }
-
 
 class ScrubbedSerializer(serializers.Serializer):
     kind = serializers.CharField()

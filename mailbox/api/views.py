@@ -121,8 +121,7 @@ class NotesApi(SessionApiView):
         tags=["mailbox"],
     )
     def post(self, request):
-        data = validated(s.NoteLeaveInput, request.data)
-        left = services.note_leave(self.session, **s.NoteLeaveInput.service_arguments(data))
+        left = services.note_leave(self.session, **validated(s.NoteLeaveInput, request.data))
         body = representation.note_left_body(left)
         return Response(body, status=status.HTTP_200_OK if left.replayed else 201)
 

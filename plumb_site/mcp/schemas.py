@@ -19,7 +19,7 @@ from rest_framework import serializers
 
 from common import limits
 from common.errors import ValidationFailed
-from common.schema import FINGERPRINT_FIELD
+from common.validation import FINGERPRINT_FIELD
 from mailbox.api import serializers as mailbox_io
 from rooms.api import serializers as room_io
 

@@ -22,8 +22,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from rest_framework import exceptions as drf
 
 from common.errors import PlumbError, exception_handler
-from common.schema import FINGERPRINT_FIELD
-from common.validation import validated
+from common.validation import FINGERPRINT_FIELD, validated
 from mailbox import callers
 from mailbox import representation as mailbox_json
 from mailbox import selectors as mailbox_selectors
@@ -62,7 +61,6 @@ def call_tool(
     session: Session | None = None
     try:
         checked = check_arguments(tool, arguments)
-        checked.pop(FINGERPRINT_FIELD, None)
         if name == "session_start":
             session, payload = _session_start(caller, checked)
         else:
@@ -102,7 +100,7 @@ def _session_start(caller: callers.Caller, args: dict) -> tuple[Session, dict]:
 
 def _leave_note(session: Session, args: dict) -> dict:
     data = validated(mailbox_io.NoteLeaveInput, args)
-    left = mailbox_services.note_leave(session, **mailbox_io.NoteLeaveInput.service_arguments(data))
+    left = mailbox_services.note_leave(session, **data)
     return mailbox_json.note_left_body(left)
 
 

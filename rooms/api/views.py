@@ -47,9 +47,7 @@ class RoomListApi(SessionApiView):
         tags=["rooms"],
     )
     def post(self, request):
-        data = validated(s.RoomCreateInput, request.data)
-        fields = {k: v for k, v in data.items() if k != "tool_schema_fingerprint"}
-        created = services.room_create(self.session, **fields)
+        created = services.room_create(self.session, **validated(s.RoomCreateInput, request.data))
         room = selectors.room_get_for_session(self.session, created.room.slug)
         body = representation.room_event_body(room, created.event, scrubbed=created.scrubbed)
         return Response(body, status=status.HTTP_201_CREATED)
@@ -150,8 +148,7 @@ class MessagesApi(SessionApiView):
         tags=["rooms"],
     )
     def post(self, request, slug: str):
-        data = validated(s.MessageSendInput, request.data)
-        fields = {k: v for k, v in data.items() if k != "tool_schema_fingerprint"}
+        fields = validated(s.MessageSendInput, request.data)
         sent = services.message_send(self.session, slug, **fields)
         body = representation.message_sent_body(sent)
         return Response(body, status=status.HTTP_200_OK if sent.replayed else 201)
