@@ -1,7 +1,15 @@
-"""The admin app, configured with plumb's site (``plumb_site.admin.PlumbAdminSite``)."""
+"""The roof's app configurations: the admin with plumb's site, and the roof itself."""
 
+from django.apps import AppConfig
 from django.contrib.admin.apps import AdminConfig
 
 
 class PlumbAdminConfig(AdminConfig):
     default_site = "plumb_site.admin.PlumbAdminSite"
+
+
+class PlumbSiteConfig(AppConfig):
+    """The roof as an app, without models: Django finds the ``plumb`` command in it."""
+
+    name = "plumb_site"
+    label = "plumb_site"

@@ -138,6 +138,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "mailbox",
     "rooms",
+    # The roof's own doors that Django discovers: the `plumb` management command.
+    "plumb_site.apps.PlumbSiteConfig",
 ]
 
 MIDDLEWARE = [

@@ -30,7 +30,7 @@ from common.errors import ValidationFailed
 from mailbox import selectors, services
 from mailbox.callers import NAME_HEADER, WORKSPACE_HEADER
 from mailbox.errors import NameTaken
-from rooms.management.plumb.text import Console, operator_name, server_url
+from plumb_site.cli.text import Console, operator_name, server_url
 
 CLIENTS = ("claude-code", "codex", "cursor", "json")
 KEY_PLACEHOLDER = "<PROJECT_KEY>"

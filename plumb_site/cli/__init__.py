@@ -1,6 +1,6 @@
 """The ``plumb`` command's parts, one module per group of actions.
 
-``rooms/management/commands/plumb.py`` builds one argument parser from them
+``plumb_site/management/commands/plumb.py`` builds one argument parser from them
 and dispatches; each module adds its groups (``add_parsers``) and holds their
 handlers. A handler only translates: arguments become service calls (writes)
 and selector calls (listings), results become lines of text. Every rule

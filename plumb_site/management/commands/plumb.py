@@ -1,11 +1,11 @@
 """``python manage.py plumb …``: the operator actions of the admin, for scripts.
 
 One command, one argument parser; its groups and their handlers live in
-``rooms/management/plumb/`` (one module per group of actions). The command
-lives in ``rooms``, the top app floor, because it calls the services of both
-apps (room moderation included) and ``mailbox`` may not import ``rooms``.
+``plumb_site/cli/`` (one module per group of actions). It is a door like
+REST, MCP and the admin, so it lives at the roof, beside them; Django finds
+it here because ``plumb_site`` is an installed app (``PlumbSiteConfig``).
 
-The output contract scripts rely on is in ``rooms.management.plumb.text``.
+The output contract scripts rely on is in ``plumb_site.cli.text``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.errors import PlumbError
-from rooms.management.plumb import connect, identity, moderation, sessions
+from plumb_site.cli import connect, identity, moderation, sessions
 
 
 class Command(BaseCommand):

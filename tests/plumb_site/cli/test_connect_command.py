@@ -24,7 +24,7 @@ from tests.factories import AgentNameFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 MODERN = "2026-07-28"
 
 

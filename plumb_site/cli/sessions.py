@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from mailbox import selectors, services
 from mailbox.models import Session
-from rooms.management.plumb.text import (
+from plumb_site.cli.text import (
     Console,
     cell,
     operator_name,

@@ -24,7 +24,7 @@ from tests.factories import OptInFactory, ProjectFactory, ProjectKeyFactory, Wor
 
 pytestmark = pytest.mark.django_db
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def start_session(raw_key: str, workspace: str, name: str = "bob"):

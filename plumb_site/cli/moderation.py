@@ -17,8 +17,8 @@ from django.core.management.base import CommandParser
 
 from mailbox import selectors as mailbox_selectors
 from mailbox import services as mailbox_services
+from plumb_site.cli.text import Console, operator_name
 from rooms import selectors, services
-from rooms.management.plumb.text import Console, operator_name
 from rooms.models import Event
 
 

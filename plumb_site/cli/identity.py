@@ -10,7 +10,7 @@ from django.core.management.base import CommandParser
 
 from mailbox import selectors, services
 from mailbox.models import Project, ProjectKey
-from rooms.management.plumb.text import (
+from plumb_site.cli.text import (
     Console,
     admin_url,
     on_off,
