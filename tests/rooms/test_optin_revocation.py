@@ -22,7 +22,7 @@ from mailbox.models import AuditRecord, CrossProjectOptIn, Project
 from rooms.models import Event, Member
 from tests.conftest import assert_error, client_for
 from tests.factories import OptInFactory, ProjectFactory, SessionFactory, WorkspaceFactory
-from tests.mailbox.test_admin import optin_inline_data, project_form_data
+from tests.mailbox.admin_pages import optin_inline_data, project_form_data
 
 pytestmark = pytest.mark.django_db
 
