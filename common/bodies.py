@@ -4,7 +4,7 @@ the short texts of rooms (titles, topics, display names).
 
 from typing import cast
 
-from common.errors import BodyTooLarge, ValidationFailed
+from common.errors import BodyTooLarge, StoredBodyTooLarge, ValidationFailed
 from common.limits import BODY_MAX_BYTES, IDEMPOTENCY_KEY_MAX
 from common.scrubbing import ScrubResult, scrub
 
@@ -19,30 +19,30 @@ def body_prepare(body: object) -> ScrubResult:
     Raises ``validation_error`` and ``body_too_large``.
     """
     if not isinstance(body, str):
-        raise ValidationFailed("body must be a string.", details={"body": ["Must be a string."]})
+        raise ValidationFailed.field("body", "Must be a string.", "body must be a string.")
     if body == "" or body.isspace():
-        raise ValidationFailed("body must not be empty.", details={"body": ["Must not be empty."]})
+        raise ValidationFailed.field("body", "Must not be empty.", "body must not be empty.")
     if "\x00" in body:
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            "body",
+            "Must not contain NUL (U+0000) characters.",
             "body must not contain NUL characters.",
-            details={"body": ["Must not contain NUL (U+0000) characters."]},
         )
     size = len(body.encode("utf-8"))
     if size > BODY_MAX_BYTES:
         raise BodyTooLarge(
             f"body is {size} bytes of UTF-8; the limit is {BODY_MAX_BYTES}.",
-            details={"body": [f"At most {BODY_MAX_BYTES} bytes."], "size": size},
+            body=[f"At most {BODY_MAX_BYTES} bytes."],
+            size=size,
         )
     scrubbed = scrub(body)
     stored = len(scrubbed.text.encode("utf-8"))
     if stored > BODY_MAX_BYTES:
-        raise BodyTooLarge(
+        raise StoredBodyTooLarge(
             f"body would be {stored} bytes of UTF-8 once its secrets are redacted; "
             f"the limit is {BODY_MAX_BYTES}.",
-            details={
-                "body": [f"At most {BODY_MAX_BYTES} bytes once secrets are redacted."],
-                "stored_bytes": stored,
-            },
+            body=[f"At most {BODY_MAX_BYTES} bytes once secrets are redacted."],
+            stored_bytes=stored,
         )
     return scrubbed
 
@@ -58,10 +58,11 @@ def text_prepare(value: str, *, field: str, max_length: int) -> ScrubResult:
     """
     scrubbed = scrub(value)
     if len(scrubbed.text) > max_length:
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            field,
+            f"At most {max_length} characters once secrets are redacted.",
             f"{field} would be {len(scrubbed.text)} characters once its secrets are "
             f"redacted; the limit is {max_length}.",
-            details={field: [f"At most {max_length} characters once secrets are redacted."]},
         )
     return scrubbed
 
@@ -85,9 +86,8 @@ def idempotency_key_check(key: object) -> None:
         or not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX
         or not all(" " <= ch <= "~" for ch in key)
     ):
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            "idempotency_key",
+            f"Use 1-{IDEMPOTENCY_KEY_MAX} printable ASCII characters.",
             f"idempotency_key must be 1-{IDEMPOTENCY_KEY_MAX} printable ASCII characters.",
-            details={
-                "idempotency_key": [f"Use 1-{IDEMPOTENCY_KEY_MAX} printable ASCII characters."]
-            },
         )

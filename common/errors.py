@@ -21,15 +21,27 @@ logger = logging.getLogger("plumb.errors")
 
 
 class PlumbError(Exception):
-    """Base of every domain error; subclasses set ``code``, ``status`` and ``message``."""
+    """Base of every domain error; subclasses set ``code``, ``status`` and ``message``.
+
+    ``data_fields`` names the keys of ``details`` that every raise of the
+    error carries (as Zulip's ``JsonableError.data_fields``), each given as a
+    keyword at the raise: clients may rely on one shape per error class, and
+    the OpenAPI document lists them (``common.schema.error_responses``).
+    """
 
     code = "error"
     status = 400
     message = "The request could not be completed."
+    data_fields: tuple[str, ...] = ()
 
-    def __init__(self, message: str | None = None, *, details: dict[str, Any] | None = None):
+    def __init__(self, message: str | None = None, **data: Any):
+        if set(data) != set(self.data_fields):
+            raise TypeError(
+                f"{type(self).__name__} carries {list(self.data_fields)} in its details, "
+                f"not {sorted(data)}"
+            )
         self.message = message or self.message
-        self.details = details or {}
+        self.details: dict[str, Any] = data
         super().__init__(self.message)
 
     def as_dict(self) -> dict[str, Any]:
@@ -37,15 +49,33 @@ class PlumbError(Exception):
 
 
 class ValidationFailed(PlumbError):
+    """Invalid input: ``details`` holds messages per field, as DRF's validation errors do."""
+
     code = "validation_error"
     status = 400
     message = "The request has invalid fields."
+
+    def __init__(self, message: str | None = None, *, fields: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.details = dict(fields or {})
+
+    @classmethod
+    def field(cls, name: str, problem: str, message: str | None = None) -> ValidationFailed:
+        """One field's problem; the message says ``name: problem`` unless given."""
+        return cls(message or f"{name}: {problem}", fields={name: [problem]})
 
 
 class BodyTooLarge(PlumbError):
     code = "body_too_large"
     status = 413
     message = "The body is larger than the limit."
+    data_fields = ("body", "size")
+
+
+class StoredBodyTooLarge(BodyTooLarge):
+    """Under the limit as sent, over it once secrets are redacted (SPEC §3.2)."""
+
+    data_fields = ("body", "stored_bytes")
 
 
 class NotFound(PlumbError):

@@ -37,10 +37,12 @@ ErrorSerializer = inline_serializer(
 
 
 def error_responses(*errors: type[PlumbError]) -> dict[int, OpenApiResponse]:
-    """Group domain errors by HTTP status for ``extend_schema(responses=...)``."""
+    """Group domain errors by HTTP status for ``extend_schema(responses=...)``, each
+    code with the ``details`` its class declares."""
     by_status: dict[int, list[str]] = defaultdict(list)
     for error in errors:
-        by_status[error.status].append(error.code)
+        fields = f" (details: {', '.join(error.data_fields)})" if error.data_fields else ""
+        by_status[error.status].append(error.code + fields)
     return {
         status: OpenApiResponse(ErrorSerializer, description="Error codes: " + ", ".join(codes))
         for status, codes in sorted(by_status.items())

@@ -276,10 +276,11 @@ def check_named_identity(
         # Named by the argument, not the header: refused under its own name.
         handle_check(name)
     if caller.name is None and name is None:
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            NAME_HEADER,
+            "Required with a project key.",
             f"With a project key, send {NAME_HEADER} (and {WORKSPACE_HEADER}) to name the "
             "session to act as, or use a session token.",
-            details={NAME_HEADER: ["Required with a project key."]},
         )
     workspace = _header_checked(caller.workspace or workspace, WORKSPACE_HEADER, _SLUG_RE)
     # Before the look-up: a reserved name is refused, not merely never found.
@@ -358,20 +359,22 @@ _HANDLE_RE = re.compile(limits.HANDLE_PATTERN)
 
 def _header_checked(value: str | None, header: str, pattern: re.Pattern[str]) -> str:
     if value is None:
-        raise ValidationFailed(
-            f"Send the {header} header.", details={header: ["Required with a project key."]}
+        raise ValidationFailed.field(
+            header, "Required with a project key.", f"Send the {header} header."
         )
     if pattern.match(value) is None:
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            header,
+            "Use a lower-case slug or name as the operator gave it.",
             f"{header} is malformed.",
-            details={header: ["Use a lower-case slug or name as the operator gave it."]},
         )
     return value
 
 
 def _agree(field: str, given: str | None, current: str | None) -> None:
     if given is not None and current is not None and given != current:
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            field,
+            f"This connection acts as {current!r}; omit it or pass that.",
             f"{field}: this connection acts as {current!r}.",
-            details={field: [f"This connection acts as {current!r}; omit it or pass that."]},
         )

@@ -70,6 +70,7 @@ class KeyRevoked(PlumbError):
 class RecipientNotFound(NotFound):
     code = "recipient_not_found"
     message = "No agent has this name."
+    data_fields = ("to",)
 
 
 class ConversationNotFound(NotFound):
@@ -93,16 +94,20 @@ class CrossProjectRefused(PlumbError):
     code = "cross_project_refused"
     status = 403
     message = "The recipient's project has not opted in to notes from your project."
+    data_fields = ("recipient_project", "your_project")
 
 
-class RecipientAmbiguous(ValidationFailed):
+class RecipientAmbiguous(PlumbError):
     code = "recipient_ambiguous"
+    status = 400
     message = "Name a recipient with 'to': this thread has no single other participant."
+    data_fields = ("participants_other_than_you",)
 
 
 class ConversationExhausted(Conflict):
     code = "conversation_exhausted"
     message = "This conversation has used up its exchanges; start a new one."
+    data_fields = ("cap", "conversation_id")
 
 
 class ConversationLocked(Conflict):
@@ -113,3 +118,4 @@ class ConversationLocked(Conflict):
 class IdempotencyKeyReused(Conflict):
     code = "idempotency_key_reused"
     message = "This idempotency key was already used for a different note."
+    data_fields = ("note_id", "conversation_id")

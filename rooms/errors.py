@@ -3,6 +3,7 @@
 from typing import Any
 
 from common.errors import Conflict, NotFound, PlumbError
+from mailbox.errors import CrossProjectRefused, IdempotencyKeyReused
 from rooms.representation import events_json
 
 
@@ -39,14 +40,34 @@ class MessageNotFound(NotFound):
     message = "No message with this id exists in this room."
 
 
+class ReplyToNotFound(MessageNotFound):
+    """A send's ``reply_to`` names no message of the room."""
+
+    data_fields = ("reply_to",)
+
+
+class RoomCrossProjectRefused(CrossProjectRefused):
+    """A room of another project that has not opted in to the caller's."""
+
+    message = "This room's project has not opted in to your project."
+    data_fields = ("room_project", "your_project")
+
+
+class MessageIdempotencyKeyReused(IdempotencyKeyReused):
+    message = "This idempotency key was already used for a different message in this room."
+    data_fields = ("message_id",)
+
+
 class UnreadMessages(Conflict):
     """Carries the unseen events; they are rendered like read_messages renders them."""
 
     code = "unread_messages"
     message = "Messages or reviews from others arrived after your reference point; read them first."
 
+    data_fields = ("unseen_count", "latest_seq")
+
     def __init__(self, *, events: list, unseen_count: int, latest_seq: int):
-        super().__init__(details={"unseen_count": unseen_count, "latest_seq": latest_seq})
+        super().__init__(unseen_count=unseen_count, latest_seq=latest_seq)
         self.events = events
 
     def as_dict(self) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from common.errors import BodyTooLarge
+from common.errors import BodyTooLarge, StoredBodyTooLarge
 from common.schema import error_responses
 from common.validation import NoFieldsInput, validated
 from mailbox import representation, selectors, services
@@ -106,6 +106,7 @@ class NotesApi(SessionApiView):
             200: s.NoteLeaveOutput,
             **error_responses(
                 BodyTooLarge,
+                StoredBodyTooLarge,
                 RecipientAmbiguous,
                 MailboxDisabled,
                 CrossProjectRefused,

@@ -38,13 +38,15 @@ def reason_check(reason: str | None, *, required: bool) -> str:
     """
     reason = (reason or "").strip()
     if required and not reason:
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            "reason",
+            "Say why; the room and the audit trail show it.",
             "A reason is required for this moderation action.",
-            details={"reason": ["Say why; the room and the audit trail show it."]},
         )
     if len(reason) > limits.REASON_MAX:
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            "reason",
+            f"At most {limits.REASON_MAX} characters.",
             f"reason is at most {limits.REASON_MAX} characters.",
-            details={"reason": [f"At most {limits.REASON_MAX} characters."]},
         )
     return reason

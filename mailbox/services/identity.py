@@ -24,10 +24,7 @@ _SLUG_RE = re.compile(limits.SLUG_PATTERN)
 def slug_check(value: str, *, field: str = "slug") -> str:
     """Slugs of projects, workspaces and rooms; raises ``validation_error``."""
     if not isinstance(value, str) or not _SLUG_RE.match(value):
-        raise ValidationFailed(
-            f"{field}: {limits.SLUG_MESSAGE}",
-            details={field: [limits.SLUG_MESSAGE]},
-        )
+        raise ValidationFailed.field(field, limits.SLUG_MESSAGE)
     return value
 
 
@@ -145,17 +142,19 @@ def _check_max_exchanges(value: int) -> None:
         or isinstance(value, bool)
         or not 1 <= value <= MAX_EXCHANGES_LIMIT
     ):
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            "max_exchanges",
+            f"Must be from 1 to {MAX_EXCHANGES_LIMIT}.",
             f"max_exchanges must be a whole number from 1 to {MAX_EXCHANGES_LIMIT}.",
-            details={"max_exchanges": [f"Must be from 1 to {MAX_EXCHANGES_LIMIT}."]},
         )
 
 
 def text_check(value: str, *, field: str, limit: int) -> str:
     if not isinstance(value, str) or len(value) > limit:
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            field,
+            f"At most {limit} characters.",
             f"{field} must be text of at most {limit} characters.",
-            details={field: [f"At most {limit} characters."]},
         )
     return value
 
@@ -186,9 +185,8 @@ def optin_grant(
     text_check(note, field="note", limit=limits.OPTIN_NOTE_MAX)
     created_by = created_by[:150]
     if project.pk == source.pk:
-        raise ValidationFailed(
-            "A project always accepts its own traffic.",
-            details={"source": ["Must be another project."]},
+        raise ValidationFailed.field(
+            "source", "Must be another project.", "A project always accepts its own traffic."
         )
     try:
         with transaction.atomic():

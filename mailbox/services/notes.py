@@ -82,7 +82,7 @@ def note_leave(
     prepared = body_prepare(body)
     idempotency_key_check(idempotency_key)
     if to is not None and (not isinstance(to, str) or not to):
-        raise ValidationFailed("to must be a name or 'next'.", details={"to": ["Invalid."]})
+        raise ValidationFailed.field("to", "Invalid.", "to must be a name or 'next'.")
     if idempotency_key is not None:
         replay = _replay(session, idempotency_key, prepared.text, to, conversation_id)
         if replay is not None:
@@ -140,10 +140,7 @@ def _replay(
     )
     if not same:
         raise IdempotencyKeyReused(
-            details={
-                "note_id": original.public_id,
-                "conversation_id": original.conversation.public_id,
-            }
+            note_id=original.public_id, conversation_id=original.conversation.public_id
         )
     return NoteLeft(
         note=original,
@@ -193,7 +190,7 @@ def _store(
                 raise ConversationLocked()
             if conversation.notes_count >= conversation.cap:
                 raise ConversationExhausted(
-                    details={"cap": conversation.cap, "conversation_id": conversation.public_id}
+                    cap=conversation.cap, conversation_id=conversation.public_id
                 )
 
         bound_id = None
@@ -284,7 +281,7 @@ def _resolve_addressee(session: Session, to: str, cursor) -> _Addressee:
         return _Addressee(name=None)
     rows = _name_for_note.rows(cursor=cursor, handle=to)
     if not rows:
-        raise RecipientNotFound(f"No agent is named {to!r}.", details={"to": to})
+        raise RecipientNotFound(f"No agent is named {to!r}.", to=to)
     name, workspace, project = instances_from_row(rows[0], *_ADDRESSEE_MODELS)
     workspace.project = project
     name.workspace = workspace
@@ -323,10 +320,7 @@ def _check_may_send(
         return  # they wrote in this thread: the thread itself was consented to
     if not optin_allows(recipient_project, source=sender_project):
         raise CrossProjectRefused(
-            details={
-                "recipient_project": recipient_project.slug,
-                "your_project": sender_project.slug,
-            }
+            recipient_project=recipient_project.slug, your_project=sender_project.slug
         )
 
 
@@ -359,7 +353,7 @@ def _the_other_participant(session: Session, conversation: Conversation) -> _Add
     )
     if len(others) != 1:
         raise RecipientAmbiguous(
-            details={"participants_other_than_you": len(others) if len(others) < 2 else "2+"}
+            participants_other_than_you=len(others) if len(others) < 2 else "2+"
         )
     return _Addressee(name=others[0])
 

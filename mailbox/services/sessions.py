@@ -82,15 +82,9 @@ def handle_check(name: object, *, field: str = "name") -> str:
     everywhere alike.
     """
     if not isinstance(name, str) or not _HANDLE_RE.match(name):
-        raise InvalidName(
-            f"{field}: {limits.HANDLE_MESSAGE}",
-            details={field: [limits.HANDLE_MESSAGE]},
-        )
+        raise InvalidName.field(field, limits.HANDLE_MESSAGE)
     if name in limits.RESERVED_NAMES:
-        raise InvalidName(
-            f"{field}: {limits.RESERVED_NAME_MESSAGE}",
-            details={field: [limits.RESERVED_NAME_MESSAGE]},
-        )
+        raise InvalidName.field(field, limits.RESERVED_NAME_MESSAGE)
     return name
 
 

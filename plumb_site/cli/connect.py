@@ -102,8 +102,8 @@ def base_url(given: str | None) -> str:
     if given is not None:
         url = given.strip().rstrip("/")
         if re.match(limits.PUBLIC_URL_PATTERN, url) is None:
-            raise ValidationFailed(
-                f"--url: {limits.PUBLIC_URL_MESSAGE}", details={"url": [limits.PUBLIC_URL_MESSAGE]}
+            raise ValidationFailed.field(
+                "url", limits.PUBLIC_URL_MESSAGE, f"--url: {limits.PUBLIC_URL_MESSAGE}"
             )
         return url
     if settings.PLUMB_PUBLIC_URL:

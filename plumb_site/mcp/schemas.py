@@ -333,7 +333,7 @@ def check_arguments(tool: dict[str, Any], arguments: dict[str, Any]) -> dict[str
             errors[name] = ["This field is required."]
     if errors:
         field, messages = next(iter(errors.items()))
-        raise ValidationFailed(f"{field}: {messages[0]}", details=errors)
+        raise ValidationFailed(f"{field}: {messages[0]}", fields=errors)
     return checked
 
 

@@ -4,17 +4,19 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from common.errors import BodyTooLarge
+from common.errors import BodyTooLarge, StoredBodyTooLarge
 from common.schema import error_responses
 from common.validation import validated
 from mailbox.api.base import SessionApiView
-from mailbox.errors import CrossProjectRefused, IdempotencyKeyReused
 from rooms import representation, selectors, services
 from rooms.api import serializers as s
 from rooms.errors import (
     MemberMuted,
+    MessageIdempotencyKeyReused,
     MessageNotFound,
     NotAMember,
+    ReplyToNotFound,
+    RoomCrossProjectRefused,
     RoomExists,
     RoomLocked,
     RoomNotFound,
@@ -74,7 +76,7 @@ class RoomJoinApi(SessionApiView):
         responses={
             201: s.RoomEnteredOutput,
             200: s.RoomEnteredOutput,
-            **error_responses(RoomNotFound, CrossProjectRefused),
+            **error_responses(RoomNotFound, RoomCrossProjectRefused),
         },
         auth=SESSION_AUTH,
         tags=["rooms"],
@@ -135,12 +137,13 @@ class MessagesApi(SessionApiView):
             200: s.MessageSendOutput,
             **error_responses(
                 BodyTooLarge,
+                StoredBodyTooLarge,
                 NotAMember,
                 MemberMuted,
                 RoomNotFound,
-                MessageNotFound,
+                ReplyToNotFound,
                 UnreadMessages,
-                IdempotencyKeyReused,
+                MessageIdempotencyKeyReused,
                 RoomLocked,
             ),
         },
@@ -197,7 +200,13 @@ class ReviewApi(SessionApiView):
         responses={
             201: s.ReviewOutput,
             **error_responses(
-                BodyTooLarge, NotAMember, MemberMuted, RoomNotFound, MessageNotFound, RoomLocked
+                BodyTooLarge,
+                StoredBodyTooLarge,
+                NotAMember,
+                MemberMuted,
+                RoomNotFound,
+                MessageNotFound,
+                RoomLocked,
             ),
         },
         auth=SESSION_AUTH,

@@ -20,11 +20,10 @@ from common import limits
 from common.bodies import scrubbed_merge, text_prepare
 from common.errors import ValidationFailed
 from common.pause import pause_point
-from mailbox.errors import CrossProjectRefused
 from mailbox.models import AgentName, Session
 from mailbox.selectors import optin_allows
 from mailbox.services.identity import slug_check
-from rooms.errors import RoomExists
+from rooms.errors import RoomCrossProjectRefused, RoomExists
 from rooms.models import Event, Member, Room
 from rooms.services.stream import append_event, current_member, display_name_prepare, lock_room
 
@@ -47,14 +46,12 @@ def room_create(
     """
     slug_check(slug)
     if not isinstance(title, str) or len(title) > limits.ROOM_TITLE_MAX:
-        raise ValidationFailed(
-            f"title is at most {limits.ROOM_TITLE_MAX} characters.",
-            details={"title": ["Too long."]},
+        raise ValidationFailed.field(
+            "title", "Too long.", f"title is at most {limits.ROOM_TITLE_MAX} characters."
         )
     if not isinstance(topic, str) or len(topic) > limits.ROOM_TOPIC_MAX:
-        raise ValidationFailed(
-            f"topic is at most {limits.ROOM_TOPIC_MAX} characters.",
-            details={"topic": ["Too long."]},
+        raise ValidationFailed.field(
+            "topic", "Too long.", f"topic is at most {limits.ROOM_TOPIC_MAX} characters."
         )
     scrubbed_title = text_prepare(title, field="title", max_length=limits.ROOM_TITLE_MAX)
     scrubbed_topic = text_prepare(topic, field="topic", max_length=limits.ROOM_TOPIC_MAX)
@@ -137,9 +134,8 @@ def room_join(session: Session, slug: str, *, display_name: str | None = None) -
             return Joined(room=room, member=member, event=None, scrubbed=scrubbed)
         caller_project = session.workspace.project
         if not optin_allows(room.project, source=caller_project):
-            raise CrossProjectRefused(
-                "This room's project has not opted in to your project.",
-                details={"room_project": room.project.slug, "your_project": caller_project.slug},
+            raise RoomCrossProjectRefused(
+                room_project=room.project.slug, your_project=caller_project.slug
             )
         if display_name is None:
             display_name = member.display_name if member is not None else ""

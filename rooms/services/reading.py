@@ -34,9 +34,10 @@ def read_position_set(session: Session, slug: str, *, seq: int) -> tuple[Room, M
         raise RoomNotFound()
     member = current_member(room, session.name_id)
     if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= room.head_seq:
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            "seq",
+            f"From 0 to {room.head_seq}.",
             f"seq must be between 0 and the room's latest_seq ({room.head_seq}).",
-            details={"seq": [f"From 0 to {room.head_seq}."]},
         )
     read_advance(member, seq)
     return room, member

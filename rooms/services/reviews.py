@@ -26,9 +26,10 @@ def review_add(
     ``not_a_member``, ``member_muted``, ``room_locked`` and ``message_not_found``.
     """
     if verdict not in Event.Verdict.values:
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            "verdict",
+            f"One of: {', '.join(Event.Verdict.values)}.",
             "verdict must be approve, request_changes or comment.",
-            details={"verdict": [f"One of: {', '.join(Event.Verdict.values)}."]},
         )
     text = body_prepare(body).text if body not in (None, "") else ""
     with transaction.atomic(durable=True):

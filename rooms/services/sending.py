@@ -34,13 +34,13 @@ from common.prepared import (
     instances_from_row,
 )
 from common.text import visible
-from mailbox.errors import IdempotencyKeyReused
 from mailbox.models import Session
 from rooms import mentions as mention_rules
 from rooms.errors import (
     MemberMuted,
-    MessageNotFound,
+    MessageIdempotencyKeyReused,
     NotAMember,
+    ReplyToNotFound,
     RoomLocked,
     RoomNotFound,
     UnreadMessages,
@@ -98,8 +98,8 @@ def message_send(
     if after_seq is not None and (
         isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0
     ):
-        raise ValidationFailed(
-            "after_seq must be a whole number of at least 0.", details={"after_seq": ["Invalid."]}
+        raise ValidationFailed.field(
+            "after_seq", "Invalid.", "after_seq must be a whole number of at least 0."
         )
     mentions = _mentions_resolve(slug, session.name_id, prepared.text)
     pause_point("send.mentions_resolved")
@@ -254,7 +254,7 @@ def _send_locked(
         if reply_to is not None:
             parent = Message.objects.filter(room=room, public_id=reply_to).first()
             if parent is None:
-                raise MessageNotFound(details={"reply_to": reply_to})
+                raise ReplyToNotFound(reply_to=reply_to)
 
         reference = after_seq if after_seq is not None else member.read_seq
         if require_read:
@@ -332,10 +332,7 @@ def _replay(
     # A retry repeats its request: the same (scrubbed) body and the same parent.
     original_parent = original.reply_to.public_id if original.reply_to_id else None
     if original.body != text or original_parent != reply_to:
-        raise IdempotencyKeyReused(
-            "This idempotency key was already used for a different message in this room.",
-            details={"message_id": original.public_id},
-        )
+        raise MessageIdempotencyKeyReused(message_id=original.public_id)
     report = original.send_report or {}
     return MessageSent(
         message=original,

@@ -30,13 +30,14 @@ from rooms.models import Event, Member, Room
 def display_name_prepare(display_name: object) -> ScrubResult:
     """``display_name``: short text, no NUL, scrubbed of secrets; ``validation_error``."""
     if not isinstance(display_name, str) or len(display_name) > limits.DISPLAY_NAME_MAX:
-        raise ValidationFailed(
+        raise ValidationFailed.field(
+            "display_name",
+            f"At most {limits.DISPLAY_NAME_MAX} characters.",
             f"display_name must be text of at most {limits.DISPLAY_NAME_MAX} characters.",
-            details={"display_name": [f"At most {limits.DISPLAY_NAME_MAX} characters."]},
         )
     if "\x00" in display_name:
-        raise ValidationFailed(
-            "display_name must not contain NUL.", details={"display_name": ["No NUL."]}
+        raise ValidationFailed.field(
+            "display_name", "No NUL.", "display_name must not contain NUL."
         )
     return text_prepare(display_name, field="display_name", max_length=limits.DISPLAY_NAME_MAX)
 
