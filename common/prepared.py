@@ -137,7 +137,9 @@ class PreparedObjects(Prepared):
         queryset = self._build_objects(**values)
         if self._plan is None:
             self._plan = _LoadPlan(queryset.model, self._related)
-        return queryset.order_by().values_list(*self._plan.columns, *self._annotations)
+        if not queryset.query.order_by:
+            queryset = queryset.order_by()  # no model's default ordering unless asked for
+        return queryset.values_list(*self._plan.columns, *self._annotations)
 
     def first(self, using: str = "default", cursor=None, **values: Any) -> dict[str, Any] | None:
         """The first row's instances by path, or None when nothing matches."""

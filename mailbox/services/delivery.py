@@ -10,16 +10,12 @@ from django.utils import timezone
 
 from common import metrics
 from common.pause import pause_point
-from common.prepared import Prepared, PreparedUpdate, concrete_attnames, instances_from_row
+from common.prepared import Prepared, PreparedObjects, PreparedUpdate
 from mailbox import wakeups
 from mailbox.models import (
-    AgentName,
-    Conversation,
     Note,
     Participant,
-    Project,
     Session,
-    Workspace,
 )
 from mailbox.selectors import pending_branches
 
@@ -45,43 +41,11 @@ _stamp_claim = PreparedUpdate(
 )
 # A delivered note with everything its JSON shows: the thread, the sender
 # with its workspace and project, and the addressee (a name, or a workspace).
-_CLAIMED_MODELS = (Note, Conversation, AgentName, Workspace, Project, AgentName, Workspace)
-_CLAIMED_PATHS = (
-    "",
-    "conversation__",
-    "sender_name__",
-    "sender_name__workspace__",
-    "sender_name__workspace__project__",
-    "recipient__",
-    "next_workspace__",
-)
-_claimed = Prepared(
-    lambda claim: (
-        Note.objects.filter(claim=claim)
-        .order_by("id")
-        .values_list(
-            *(
-                f"{path}{name}"
-                for model, path in zip(_CLAIMED_MODELS, _CLAIMED_PATHS, strict=True)
-                for name in concrete_attnames(model)
-            )
-        )
-    ),
+_claimed = PreparedObjects(
+    lambda claim: Note.objects.filter(claim=claim).order_by("id"),
     params=["claim"],
+    related=["conversation", "sender_name__workspace__project", "recipient", "next_workspace"],
 )
-
-
-def _note_from_row(row) -> Note:
-    note, conversation, sender, workspace, project, recipient, next_workspace = instances_from_row(
-        row, *_CLAIMED_MODELS
-    )
-    workspace.project = project
-    sender.workspace = workspace
-    note.sender_name = sender
-    note.conversation = conversation
-    note.recipient = recipient if recipient.pk is not None else None
-    note.next_workspace = next_workspace if next_workspace.pk is not None else None
-    return note
 
 
 def notes_claim(session: Session) -> list[Note]:
@@ -124,7 +88,7 @@ def notes_claim(session: Session) -> list[Note]:
     # Counted once the claim is committed: a caller's transaction that rolls
     # back leaves the notes pending, and uncounted.
     transaction.on_commit(lambda: metrics.NOTES_DELIVERED.inc(claimed))
-    notes = [_note_from_row(row) for row in _claimed.rows(claim=claim)]
+    notes = [found[""] for found in _claimed.all(claim=claim)]
     # Whoever receives a "next" note joins its thread, so that it can reply.
     next_conversations = {n.conversation_id for n in notes if n.next_workspace_id}
     if next_conversations:

@@ -14,7 +14,7 @@ from common import metrics, wake
 from common.bodies import body_prepare, idempotency_key_check
 from common.errors import ValidationFailed
 from common.pause import pause_point
-from common.prepared import Prepared, PreparedInsert, concrete_attnames, instances_from_row
+from common.prepared import PreparedInsert, PreparedObjects
 from mailbox import wakeups
 from mailbox.errors import (
     ConversationExhausted,
@@ -34,7 +34,6 @@ from mailbox.models import (
     Participant,
     Project,
     Session,
-    Workspace,
 )
 from mailbox.selectors import open_sessions_of_name_locked, optin_allows
 from mailbox.services.audit import audit_record, reason_check
@@ -255,37 +254,27 @@ def _store(
 _insert_conversation = PreparedInsert(Conversation)
 _insert_note = PreparedInsert(Note)
 _insert_participant = PreparedInsert(Participant)
-_ADDRESSEE_MODELS = (AgentName, Workspace, Project)
 # Locked until commit (the name's row only, not its workspace's or
 # project's): names_free, which may delete a generated name nobody relies
 # on, then waits for this note and sees it, or this look waits for the
 # freeing and finds no such name (see there). FOR NO KEY UPDATE leaves
 # other writers' foreign-key checks on the name unblocked.
-_name_for_note = Prepared(
-    lambda handle: (
-        AgentName.objects.select_for_update(no_key=True, of=("self",))
-        .filter(handle=handle)
-        .order_by()
-        .values_list(
-            *concrete_attnames(AgentName),
-            *(f"workspace__{f}" for f in concrete_attnames(Workspace)),
-            *(f"workspace__project__{f}" for f in concrete_attnames(Project)),
-        )
+_name_for_note = PreparedObjects(
+    lambda handle: AgentName.objects.select_for_update(no_key=True, of=("self",)).filter(
+        handle=handle
     ),
     params=["handle"],
+    related=["workspace__project"],
 )
 
 
 def _resolve_addressee(session: Session, to: str, cursor) -> _Addressee:
     if to == NEXT:
         return _Addressee(name=None)
-    rows = _name_for_note.rows(cursor=cursor, handle=to)
-    if not rows:
+    found = _name_for_note.first(cursor=cursor, handle=to)
+    if found is None:
         raise RecipientNotFound(f"No agent is named {to!r}.", to=to)
-    name, workspace, project = instances_from_row(rows[0], *_ADDRESSEE_MODELS)
-    workspace.project = project
-    name.workspace = workspace
-    return _Addressee(name=name)
+    return _Addressee(name=found[""])
 
 
 def _connected_session_id(name_id: int, now, cursor) -> int | None:

@@ -27,10 +27,10 @@ from django.utils import timezone
 
 from common import limits
 from common.pause import pause_point
-from common.prepared import Prepared, PreparedInsert, concrete_attnames, instances_from_row
+from common.prepared import Prepared, PreparedInsert, PreparedObjects
 from mailbox import credentials
 from mailbox.errors import InvalidName, KeyRevoked, NameInUse, NameTaken, WorkspaceNotFound
-from mailbox.models import AgentName, McpSession, Note, Project, ProjectKey, Session, Workspace
+from mailbox.models import AgentName, McpSession, Note, ProjectKey, Session, Workspace
 from mailbox.selectors import open_sessions_of_name_locked
 from mailbox.services.audit import audit_record
 from mailbox.services.delivery import notes_unbind
@@ -89,16 +89,10 @@ def handle_check(name: object, *, field: str = "name") -> str:
 
 
 # Every start runs these; their SQL is built once per process (common.prepared).
-_workspace_of_project = Prepared(
-    lambda project_id, slug: (
-        Workspace.objects.filter(project_id=project_id, slug=slug)
-        .order_by()
-        .values_list(
-            *concrete_attnames(Workspace),
-            *(f"project__{f}" for f in concrete_attnames(Project)),
-        )
-    ),
+_workspace_of_project = PreparedObjects(
+    lambda project_id, slug: Workspace.objects.filter(project_id=project_id, slug=slug),
     params=["project_id", "slug"],
+    related=["project"],
 )
 _key_revoked_at = Prepared(
     lambda pk: (
@@ -106,13 +100,8 @@ _key_revoked_at = Prepared(
     ),
     params=["pk"],
 )
-_name_locked = Prepared(
-    lambda handle: (
-        AgentName.objects.select_for_update()
-        .filter(handle=handle)
-        .order_by()
-        .values_list(*concrete_attnames(AgentName))
-    ),
+_name_locked = PreparedObjects(
+    lambda handle: AgentName.objects.select_for_update().filter(handle=handle),
     params=["handle"],
 )
 # The newest note so far: "next" notes up to it are not for the new session.
@@ -155,11 +144,10 @@ def session_start(
     caller that must write beside the new session, all or nothing, passes
     ``on_started``, which runs inside that transaction.
     """
-    rows = _workspace_of_project.rows(project_id=project_key.project_id, slug=workspace_slug)
-    if not rows:
+    found = _workspace_of_project.first(project_id=project_key.project_id, slug=workspace_slug)
+    if found is None:
         raise WorkspaceNotFound(f"No workspace {workspace_slug!r} in this project.")
-    workspace, project = instances_from_row(rows[0], Workspace, Project)
-    workspace.project = project
+    workspace = found[""]
     if name is not None:
         return _start_named(project_key, workspace, handle_check(name), on_started=on_started)
     # Names that are over make room before one is drawn: the short form
@@ -284,10 +272,9 @@ def _claim_name(
 ) -> tuple[AgentName, bool]:
     # The lock also orders a claim against names_free: a name being freed is
     # waited for, and then found gone (and created afresh) or still there.
-    rows = _name_locked.rows(cursor=cursor, handle=handle)
-    if rows:
-        (existing,) = instances_from_row(rows[0], AgentName)
-        return existing, False
+    found = _name_locked.first(cursor=cursor, handle=handle)
+    if found is not None:
+        return found[""], False
     # A racing insert of the same handle fails the unique constraint; the
     # caller retries the whole start (_start_named), so no savepoint is needed.
     name = AgentName(handle=handle, workspace=workspace, disposable=disposable)

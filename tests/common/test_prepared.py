@@ -7,12 +7,13 @@ from types import NoneType
 
 import pytest
 from django.db import connection, transaction
-from django.db.models import CharField, Count, Q
+from django.db.models import CharField, Count, F, Q
 from django.test.utils import CaptureQueriesContext
 
 from common.prepared import (
     Prepared,
     PreparedInsert,
+    PreparedObjects,
     PreparedUpdate,
     _as_is_types,
     concrete_attnames,
@@ -21,7 +22,7 @@ from common.prepared import (
 from mailbox.models import AgentName, Session
 from rooms.models import Event, Member, Message
 from rooms.services import room_create
-from tests.factories import SessionFactory
+from tests.factories import ProjectKeyFactory, SessionFactory
 
 
 def _sessions_named(handle):
@@ -110,6 +111,70 @@ def test_a_row_splits_into_one_instance_per_model(sessions):
     )
     assert (name.pk, name.handle) == (session.name_id, "ann")
     assert not loaded._state.adding
+
+
+def test_objects_come_wired_to_their_related_rows_as_select_related_wires_them(sessions):
+    prepared = PreparedObjects(
+        lambda handle: Session.objects.filter(name__handle=handle).annotate(twice=F("id") * 2),
+        params=["handle"],
+        related=["name", "workspace__project"],
+        annotations=["twice"],
+    )
+    by_the_orm = Session.objects.select_related("name", "workspace__project").get(
+        name__handle="ben"
+    )
+
+    with CaptureQueriesContext(connection) as queries:
+        found = prepared.first(handle="ben")
+        session = found[""]
+        seen = (session.name.handle, session.workspace.slug, session.workspace.project.slug)
+
+    assert len(queries) == 1  # the related rows came with it
+    assert session.pk == by_the_orm.pk
+    assert session.twice == 2 * by_the_orm.pk
+    assert seen == (
+        by_the_orm.name.handle,
+        by_the_orm.workspace.slug,
+        by_the_orm.workspace.project.slug,
+    )
+    assert found["workspace__project"] is session.workspace.project
+    assert prepared.first(handle="nobody") is None
+
+
+def test_a_null_foreign_key_loads_as_none_and_a_reverse_row_points_back(sessions, workspace):
+    key = ProjectKeyFactory(project=workspace.project)
+    prepared = PreparedObjects(
+        lambda pk, prefix: Session.objects.filter(pk=pk, workspace__project__keys__prefix=prefix),
+        params=["pk", "prefix"],
+        related=["project_key", "workspace__project__keys"],
+    )
+    Session.objects.filter(pk=sessions[0].pk).update(project_key=None)
+
+    found = prepared.first(pk=sessions[0].pk, prefix=key.prefix)
+
+    assert found[""].project_key is None
+    assert found["workspace__project__keys"].pk == key.pk
+    assert found["workspace__project__keys"].project is found["workspace__project"]
+
+
+def test_objects_keep_an_explicit_order_and_drop_the_models_default(sessions):
+    ordered = PreparedObjects(
+        lambda workspace_id: Session.objects.filter(workspace_id=workspace_id).order_by("id"),
+        params=["workspace_id"],
+    )
+    unordered = PreparedObjects(
+        lambda workspace_id: Session.objects.filter(workspace_id=workspace_id),
+        params=["workspace_id"],
+    )
+    workspace_id = sessions[0].workspace_id
+
+    with CaptureQueriesContext(connection) as queries:
+        found = ordered.all(workspace_id=workspace_id)
+        unordered.all(workspace_id=workspace_id)
+
+    assert [f[""].pk for f in found] == sorted(s.pk for s in sessions)
+    assert "ORDER BY" in queries[0]["sql"]
+    assert "ORDER BY" not in queries[1]["sql"]  # Session's Meta ordering costs a sort
 
 
 def test_an_insert_stores_what_save_would_store(sessions):
