@@ -121,6 +121,49 @@ def test_every_import_points_down():
     assert layout_violations(ROOT) == []
 
 
+# --- the speed-up layer stays contained ------------------------------------------------
+
+# The services whose hot statements are prepared, each pinned by a query-count
+# test of its operation (send, leave_note, check_messages, session_start).
+PREPARED_SERVICES = frozenset(
+    {
+        "mailbox.services.delivery",
+        "mailbox.services.notes",
+        "mailbox.services.sessions",
+        "rooms.services.sending",
+        "rooms.services.stream",
+    }
+)
+
+
+def prepared_users(root: Path) -> list[str]:
+    """``module:line`` for each import of ``common.prepared`` outside selectors and
+    the services above."""
+    found = []
+    for folder in SOURCES:
+        for path in sorted((root / folder).rglob("*.py")):
+            importer = _module_name(path, root)
+            parts = importer.split(".")
+            allowed = (
+                importer in PREPARED_SERVICES
+                or (len(parts) >= 2 and parts[0] in APPS and parts[1] == "selectors")
+                or importer == "common.prepared"
+            )
+            for line, imported in _imports(path, root):
+                if _within(imported, "common.prepared") and not allowed:
+                    found.append(f"{importer}:{line}")
+    return sorted(set(found))
+
+
+def test_prepared_statements_are_used_only_by_selectors_and_the_hot_services():
+    assert prepared_users(ROOT) == []
+
+
+def test_a_prepared_statement_in_a_view_is_named(tmp_path):
+    root = _tree(tmp_path, {"rooms/api/views.py": "from common.prepared import Prepared\n"})
+    assert prepared_users(root) == ["rooms.api.views:1"]
+
+
 # --- who is calling is decided in mailbox.callers -------------------------------------
 
 IDENTITY_MODELS = frozenset({"Session", "ProjectKey", "McpSession"})

@@ -14,7 +14,7 @@ from mailbox import wakeups
 from mailbox.models import Session
 from rooms.errors import RoomNotFound
 from rooms.models import Event, Member, Room
-from rooms.pages import PageEvent, events_page
+from rooms.selectors.pages import PageEvent, events_page
 from rooms.selectors import (
     UNREAD_KINDS,
     events_after_exist,

@@ -1,4 +1,7 @@
-"""Reads of rooms that apply visibility and fetch related rows up front."""
+"""Reads of rooms that apply visibility and fetch related rows up front.
+
+``pages`` reads a page of a room's events for ``read_messages``.
+"""
 
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
 """A page of a room's events, read as plain records rather than model instances.
 
 ``read_messages`` returns up to 500 events, each with its actor, its message,
-the message's author and the message it replies to. Built as model instances
-(five per event, every column converted) that was most of the call's CPU;
-here one query compiled once per process (``common.prepared``) reads only
-the columns the representation shows, into slotted records that carry the
-same attribute names as ``Event``, ``Message`` and ``AgentName``, so that
-``rooms.representation.event_json`` renders either. They are read-only: a
-caller that needs to change an event loads the model.
+the message's author and the message it replies to. As model instances that
+is five per event with every column converted, which would be most of the
+call's CPU; so one query compiled once per process (``common.prepared``)
+reads only the columns the representation shows, into slotted records that
+carry the same attribute names as ``Event``, ``Message`` and ``AgentName``,
+so that ``rooms.representation.event_json`` renders either. They are
+read-only: a caller that needs to change an event loads the model.
 """
 
 from __future__ import annotations
