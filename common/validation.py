@@ -1,7 +1,7 @@
 """Input validation with DRF serializers, without building one per request.
 
 A serializer instance deep-copies its declared fields when first asked for
-them; per request that was a tenth of a cheap call's CPU. ``validated`` keeps
+them, about a tenth of a cheap call's CPU if done per request. ``validated`` keeps
 one instance per input serializer class and runs its ``run_validation``,
 which holds no per-call state on the instance, so concurrent threads can
 share it. Errors are the ``ValidationError`` that ``is_valid`` would raise.

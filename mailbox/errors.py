@@ -1,4 +1,4 @@
-"""Domain errors of the mailbox app (identity, sessions and, later, notes)."""
+"""Domain errors of the mailbox app: identity, sessions and notes."""
 
 from common.errors import Conflict, NotFound, PlumbError, ValidationFailed
 

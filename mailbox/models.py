@@ -174,7 +174,7 @@ class Session(models.Model):
     # admin refuses deletion), so a key row only goes with its project, whose
     # workspaces and sessions go in the same cascade; PROTECT would refuse
     # that deletion, since it refuses even rows the cascade deletes too. Null
-    # also for sessions started before keys were recorded.
+    # also where no key is recorded (rows that predate the column).
     project_key = models.ForeignKey(
         ProjectKey,
         on_delete=models.SET_NULL,
@@ -189,8 +189,8 @@ class Session(models.Model):
     last_seen_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
     # Why it ended, so its token can say so (401 key_revoked rather than
-    # session_ended); "" while it is open and for sessions ended before
-    # reasons were recorded.
+    # session_ended); "" while it is open, and where no reason is recorded
+    # (rows that predate the column).
     end_reason = models.CharField(
         max_length=16, choices=EndReason.choices, blank=True, default="", editable=False
     )

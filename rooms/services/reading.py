@@ -14,12 +14,12 @@ from mailbox import wakeups
 from mailbox.models import Session
 from rooms.errors import RoomNotFound
 from rooms.models import Event, Member, Room
-from rooms.selectors.pages import PageEvent, events_page
 from rooms.selectors import (
     UNREAD_KINDS,
     events_after_exist,
     member_get_for_session,
 )
+from rooms.selectors.pages import PageEvent, events_page
 from rooms.services.stream import current_member, room_topic
 
 

@@ -378,7 +378,7 @@ def _mentions_resolve(slug: str, name_id: int, text: str) -> _Mentions | None:
     at that cost only when a join, leave or moderation raced the send. (An
     operator deleting a name outright, possible only for one that never
     posted, appends no event; a send racing that fails on the mention's
-    foreign key, as it could before in a shorter window.)
+    foreign key.)
     """
     if not mention_rules.may_mention(text):
         return None
