@@ -16,7 +16,10 @@ from mailbox.models import ProjectKey, Session
 class SessionTokenAuthentication(authentication.BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[Session, Session] | None:
         session = callers.session_authenticate(request)
-        return None if session is None else (session, session)
+        if session is None:
+            return None
+        request.plumb_session = session  # the session the response's envelope serves
+        return session, session
 
     def authenticate_header(self, request: Request) -> str:
         return callers.REALM

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.exceptions import MethodNotAllowed
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -44,15 +45,32 @@ def requested_fingerprint(request: Request) -> str | None:
 
 
 class PlumbApiView(APIView):
-    """Base of every JSON API view."""
+    """Base of every JSON API view.
+
+    Only the methods a view answers reach its authentication: any other is
+    ``405`` before a credential is read, so nothing is touched (SPEC §2). A
+    view that takes a credential does not answer ``HEAD``: Django would run
+    its GET handler, whose answer delivers notes and moves read positions,
+    and the server would drop the body those went into.
+    """
+
+    @property
+    def allowed_methods(self) -> list[str]:
+        methods = super().allowed_methods
+        return [m for m in methods if m != "HEAD"] if self.authentication_classes else methods
+
+    def initial(self, request, *args, **kwargs):
+        if request.method not in self.allowed_methods:
+            raise MethodNotAllowed(request.method)
+        super().initial(request, *args, **kwargs)
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         if not isinstance(response.data, dict):
             return response
+        # Set by authentication (or by a session start): never read through
+        # ``request.auth``, which would authenticate a refused request now.
         session = getattr(request, "plumb_session", None)
-        if session is None and isinstance(request.auth, Session):
-            session = request.auth
         envelope(
             response.data,
             session=session,
