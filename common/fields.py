@@ -31,9 +31,13 @@ class FastProhibitSurrogateCharactersValidator(ProhibitSurrogateCharactersValida
 
 
 class StrictCharField(serializers.CharField):
+    """A string as sent: never a number turned into one, never trimmed (``" bob "``
+    is not ``bob``; SPEC §2)."""
+
     default_error_messages = {"invalid": "Must be a string."}
 
     def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
         super().__init__(**kwargs)
         self.validators = [
             FastProhibitSurrogateCharactersValidator()
@@ -49,6 +53,12 @@ class StrictCharField(serializers.CharField):
 
 
 class StrictRegexField(serializers.RegexField):
+    """A string matching a pattern, as sent (not trimmed)."""
+
+    def __init__(self, regex: str, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(regex, **kwargs)
+
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             raise serializers.ValidationError("Must be a string.", code="invalid")
@@ -56,14 +66,24 @@ class StrictRegexField(serializers.RegexField):
 
 
 class StrictBooleanField(serializers.BooleanField):
-    """Only JSON true/false (and the words in a query string): no 1/"yes" guessing."""
+    """Only JSON true/false in a body: no "true", 1 or "yes" guessing (SPEC §2)."""
 
     def to_internal_value(self, data):
         if isinstance(data, bool):
             return data
+        self.fail("invalid", input=data)
+
+
+class QueryBooleanField(StrictBooleanField):
+    """A boolean in a query string, where every value is text: the words true and false.
+
+    An MCP tool passes the same argument as a JSON boolean, which this takes too.
+    """
+
+    def to_internal_value(self, data):
         if isinstance(data, str) and data.lower() in {"true", "false"}:
             return data.lower() == "true"
-        self.fail("invalid", input=data)
+        return super().to_internal_value(data)
 
 
 # The range of a signed 64-bit column (SQLite INTEGER, PostgreSQL bigint).

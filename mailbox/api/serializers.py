@@ -17,7 +17,6 @@ class SessionStartInput(BodyInput):
     workspace = StrictRegexField(
         limits.SLUG_PATTERN,
         max_length=limits.NAME_MAX,
-        trim_whitespace=False,
         error_messages={"invalid": "Use the slug of a workspace of the key's project."},
     )
     name = StrictRegexField(
@@ -25,7 +24,6 @@ class SessionStartInput(BodyInput):
         max_length=limits.NAME_MAX,
         required=False,
         allow_null=True,
-        trim_whitespace=False,
         error_messages={"invalid": limits.HANDLE_MESSAGE},
     )
 
@@ -54,17 +52,15 @@ class SessionCurrentOutput(EnvelopeSerializer):
 
 class NoteLeaveInput(BodyInput):
     # Size, emptiness and NUL are checked by the service (413 vs 400).
-    body = StrictCharField(trim_whitespace=False, allow_blank=True)
-    to = StrictCharField(
-        required=False, allow_null=True, max_length=limits.NAME_MAX, help_text='A name, or "next".'
-    )
+    body = StrictCharField(allow_blank=True)
+    # Not nullable: null is not an omitted field, and an omitted one means "next".
+    to = StrictCharField(required=False, max_length=limits.NAME_MAX, help_text='A name, or "next".')
     conversation_id = StrictCharField(
         required=False, allow_null=True, max_length=limits.PUBLIC_ID_MAX
     )
     idempotency_key = StrictCharField(
         required=False,
         allow_null=True,
-        trim_whitespace=False,
         max_length=limits.IDEMPOTENCY_KEY_MAX,
     )
 

@@ -132,7 +132,7 @@ TOOLS: list[dict[str, Any]] = [
         {
             "body": _prop("string", f"Text, at most {limits.BODY_MAX_BYTES} bytes.", minLength=1),
             "to": _prop(
-                ["string", "null"],
+                "string",
                 'A name or "next". Omitted: "next" on a new thread; on a reply, the one other '
                 "participant (refused if there are none or several).",
                 minLength=1,

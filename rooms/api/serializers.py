@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from common import limits
 from common.fields import (
+    QueryBooleanField,
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
@@ -133,7 +134,7 @@ class MemberSerializer(serializers.Serializer):
 
 
 class RoomCreateInput(BodyInput):
-    slug = StrictRegexField(limits.SLUG_PATTERN, max_length=limits.NAME_MAX, trim_whitespace=False)
+    slug = StrictRegexField(limits.SLUG_PATTERN, max_length=limits.NAME_MAX)
     title = StrictCharField(
         required=False, allow_blank=True, max_length=limits.ROOM_TITLE_MAX, default=""
     )
@@ -145,7 +146,6 @@ class RoomCreateInput(BodyInput):
         allow_blank=True,
         max_length=limits.DISPLAY_NAME_MAX,
         default="",
-        trim_whitespace=False,
     )
 
 
@@ -160,17 +160,15 @@ class RoomJoinInput(BodyInput):
         allow_null=True,
         allow_blank=True,
         max_length=limits.DISPLAY_NAME_MAX,
-        trim_whitespace=False,
     )
 
 
 class MessageSendInput(BodyInput):
-    body = StrictCharField(trim_whitespace=False, allow_blank=True)
+    body = StrictCharField(allow_blank=True)
     reply_to = StrictCharField(required=False, allow_null=True, max_length=limits.PUBLIC_ID_MAX)
     idempotency_key = StrictCharField(
         required=False,
         allow_null=True,
-        trim_whitespace=False,
         max_length=limits.IDEMPOTENCY_KEY_MAX,
     )
     after_seq = StrictIntegerField(required=False, allow_null=True, min_value=0)
@@ -179,7 +177,7 @@ class MessageSendInput(BodyInput):
 
 class ReviewInput(BodyInput):
     verdict = serializers.ChoiceField(choices=Event.Verdict.choices)
-    body = StrictCharField(required=False, allow_null=True, allow_blank=True, trim_whitespace=False)
+    body = StrictCharField(required=False, allow_null=True, allow_blank=True)
 
 
 class ReadInput(BodyInput):
@@ -199,7 +197,7 @@ class EventsReadInput(serializers.Serializer):
     kinds = serializers.CharField(
         required=False, max_length=limits.KINDS_PARAM_MAX, help_text="Comma-separated event kinds."
     )
-    mark_read = StrictBooleanField(required=False, default=True)
+    mark_read = QueryBooleanField(required=False, default=True)
     wait = WaitField(help_text="Seconds to wait for an event above the reference when none is.")
 
     def validate_kinds(self, value: str) -> list[str]:

@@ -1,0 +1,162 @@
+"""REST and MCP accept exactly the same values (SPEC §2): strict types, no
+trimming, and ``null`` only where a field is documented as nullable.
+
+Each tool with a REST twin gets the same argument, one odd value at a time,
+through both doors; both must refuse it as ``validation_error`` naming the
+same field, or both must let it past validation. A string is never taken
+for a boolean or a number, ``" bob "`` is not ``bob``, and ``"to": null`` is
+refused (omitting ``to`` means "next"; a null must not).
+"""
+
+from __future__ import annotations
+
+import json
+from itertools import count
+
+import pytest
+from django.test import Client
+
+from mailbox.models import Note
+from rooms.services import message_send, room_create, room_join
+from tests.conftest import client_for
+from tests.factories import SessionFactory
+
+pytestmark = pytest.mark.django_db
+
+ODD_VALUES = [None, True, "true", 1, 1.5, "", " bob ", [], {}]
+_unique = count()
+
+
+@pytest.fixture
+def world(workspace):
+    alice = SessionFactory(workspace=workspace, name="alice")
+    SessionFactory(workspace=workspace, name="bob")
+    room_create(alice, slug="lab")
+    message = message_send(alice, "lab", body="hello").message
+    return {"alice": alice, "message": message.public_id}
+
+
+def _tools(world):
+    """Each tool's REST path and arguments that pass validation."""
+    return {
+        "leave_note": ("/api/v1/notes/", {"body": "hi", "to": "bob"}),
+        "send_message": ("/api/v1/rooms/lab/messages/", {"body": "hi"}),
+        "create_room": ("/api/v1/rooms/", {"slug": "room"}),
+        "join_room": ("/api/v1/rooms/lab/join", {}),
+        "review_message": (
+            f"/api/v1/rooms/lab/messages/{world['message']}/reviews/",
+            {"verdict": "comment"},
+        ),
+        "mark_read": ("/api/v1/rooms/lab/read", {"seq": 1}),
+    }
+
+
+def _fresh(tool: str, arguments: dict, field: str) -> dict:
+    """A room slug of its own for each door, unless the slug is what is checked."""
+    if tool == "create_room" and field != "slug":
+        return {**arguments, "slug": f"room-{next(_unique)}"}
+    return arguments
+
+
+def _path_arguments(tool: str, world) -> dict:
+    arguments = {"room": "lab"} if tool not in ("leave_note", "create_room") else {}
+    if tool == "review_message":
+        arguments["message_id"] = world["message"]
+    return arguments
+
+
+def _outcome(status: int, body: dict) -> tuple:
+    error = body.get("error") or {}
+    if error.get("code") == "validation_error":
+        return ("validation_error", sorted(error.get("details", {})))
+    return ("past validation",)
+
+
+def _rest(session, path: str, arguments: dict) -> tuple:
+    response = client_for(session).post(path, arguments, format="json")
+    return _outcome(response.status_code, response.json())
+
+
+def _mcp(session, tool: str, arguments: dict) -> tuple:
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
+    response = Client().post(
+        "/mcp",
+        data=json.dumps(message),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {session.raw_token}"},
+    )
+    result = response.json()["result"]
+    return _outcome(200, result["structuredContent"] if result["isError"] else {})
+
+
+def _cases():
+    fields = {
+        "leave_note": ["body", "to", "conversation_id", "idempotency_key"],
+        "send_message": ["body", "reply_to", "idempotency_key", "after_seq", "require_read"],
+        "create_room": ["slug", "title", "topic", "display_name"],
+        "join_room": ["display_name"],
+        "review_message": ["verdict", "body"],
+        "mark_read": ["seq"],
+    }
+    for tool, names in fields.items():
+        for field in names:
+            for value in ODD_VALUES:
+                yield pytest.param(tool, field, value, id=f"{tool}-{field}-{value!r}")
+
+
+@pytest.mark.parametrize(("tool", "field", "value"), list(_cases()))
+def test_rest_and_mcp_accept_the_same_values(world, tool, field, value):
+    path, valid = _tools(world)[tool]
+    arguments = {**valid, field: value}
+    alice = world["alice"]
+
+    by_rest = _rest(alice, path, _fresh(tool, arguments, field))
+    by_mcp = _mcp(alice, tool, {**_path_arguments(tool, world), **_fresh(tool, arguments, field)})
+
+    assert by_rest == by_mcp
+
+
+@pytest.mark.parametrize("door", ["rest", "mcp"])
+def test_a_null_recipient_is_refused_and_nothing_is_stored(world, door):
+    arguments = {"body": "to whom?", "to": None}
+    if door == "rest":
+        outcome = _rest(world["alice"], "/api/v1/notes/", arguments)
+    else:
+        outcome = _mcp(world["alice"], "leave_note", arguments)
+
+    assert outcome == ("validation_error", ["to"])
+    assert not Note.objects.filter(body="to whom?").exists()
+
+
+@pytest.mark.parametrize("door", ["rest", "mcp"])
+def test_a_string_is_not_a_boolean(world, door):
+    arguments = {"body": "status: green", "require_read": "true"}
+    if door == "rest":
+        outcome = _rest(world["alice"], "/api/v1/rooms/lab/messages/", arguments)
+    else:
+        outcome = _mcp(world["alice"], "send_message", {"room": "lab", **arguments})
+
+    assert outcome == ("validation_error", ["require_read"])
+
+
+def test_a_name_is_not_trimmed(world):
+    response = client_for(world["alice"]).post(
+        "/api/v1/notes/", {"body": "hi", "to": " bob "}, format="json"
+    )
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "recipient_not_found"
+
+
+def test_a_read_position_in_a_query_string_takes_the_words(world):
+    room_join(SessionFactory(workspace=world["alice"].workspace, name="carol"), "lab")
+    client = client_for(world["alice"])
+
+    assert client.get("/api/v1/rooms/lab/messages/?mark_read=false").status_code == 200
+    response = client.get("/api/v1/rooms/lab/messages/?mark_read=1")
+    assert response.status_code == 400
