@@ -66,6 +66,11 @@ GATE_WAIT_SECONDS = Histogram(
     "Time a request waited for its process's request gate (common/gate.py).",
     buckets=_WAIT_BUCKETS,
 )
+WAKE_HELD = Counter(
+    "plumb_wake_held",
+    "Wake-ups for another process of this host held back because its queue was full, each "
+    "sent with the rest it is owed once it has room (common/wake.py).",
+)
 SQLITE_WRITER_WAIT_SECONDS = Histogram(
     "plumb_sqlite_writer_wait_seconds",
     "Time a write (a transaction, or a statement outside one) queued before asking SQLite "

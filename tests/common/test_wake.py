@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
@@ -136,7 +137,7 @@ def publish_elsewhere(topic: str) -> None:
     code = (
         "import django; django.setup();"
         "from common import wake;"
-        f"wake._send_to_host({topic!r}.encode())"
+        f"wake._send_to_host({topic!r}.split())"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "plumb_site.settings"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
@@ -190,6 +191,126 @@ def test_a_socket_left_by_a_dead_process_is_removed(tmp_path, settings):
     sock.bind(str(stale))
     sock.close()  # the file stays; nobody reads it any more
 
-    wake._send_to_host(b"r:1")
+    wake._send_to_host(["r:1"])
 
     assert not stale.exists()
+
+
+# --- bursts between the processes of one host (issue 23, item 5) --------------------------
+
+
+def queue_length() -> int:
+    """How many datagrams the kernel queues for one socket (``net.unix.max_dgram_qlen``)."""
+    try:
+        return int(Path("/proc/sys/net/unix/max_dgram_qlen").read_text())
+    except (OSError, ValueError):
+        return 10
+
+
+def host_publish(topics: list[str]) -> None:
+    """One commit's publication to the other listeners of this host, as ``publish`` sends it."""
+    wake._send_to_host(topics)
+
+
+def busy_listener(directory: Path) -> socket.socket:
+    """A listener's socket that reads nothing until the test reads it."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(directory / "1-busy.sock"))
+    sock.settimeout(PROMPT)
+    return sock
+
+
+def receive_until(sock: socket.socket, expected: set[str]) -> list[list[str]]:
+    """The datagrams read until all of ``expected`` came, or nothing more did for ``PROMPT``."""
+    datagrams: list[list[str]] = []
+    while not expected <= {topic for datagram in datagrams for topic in datagram}:
+        try:
+            datagrams.append(sock.recv(65536).decode().split(" "))
+        except TimeoutError:
+            break
+    return datagrams
+
+
+def test_a_burst_past_a_full_queue_is_held_back_and_sent_in_one_datagram_once_read(
+    tmp_path, settings
+):
+    settings.VAR_DIR = tmp_path
+    listener = busy_listener(wake.wake_dir())
+    topics = [f"r:{i}" for i in range(3 * queue_length() + 3)]
+    try:
+        for topic in topics:  # one commit each, while the listener reads nothing
+            host_publish([topic])
+        datagrams = receive_until(listener, set(topics))
+    finally:
+        listener.close()
+
+    received = [topic for datagram in datagrams for topic in datagram]
+    assert sorted(received) == sorted(topics)  # each once, none lost
+    # What the queue took went one by one; the rest waited and went together.
+    assert [len(datagram) for datagram in datagrams[:-1]] == [1] * (len(datagrams) - 1)
+    assert len(datagrams) < len(topics)
+
+
+def test_a_publication_too_large_for_one_datagram_wakes_everything(tmp_path, settings):
+    settings.VAR_DIR = tmp_path
+    listener = busy_listener(wake.wake_dir())
+    topics = [f"r:{i}" for i in range(12_000)]  # some 90 kB
+    try:
+        host_publish(topics)
+        datagrams = receive_until(listener, {wake.WAKE_ALL})
+    finally:
+        listener.close()
+
+    assert datagrams == [[wake.WAKE_ALL]]
+
+
+SEND_BURST = """
+import django, sys
+django.setup()
+from common import wake
+for topic in sys.argv[1:]:
+    wake.publish([topic])  # outside a transaction: sent at once, one commit each
+print("sent", flush=True)
+"""
+
+
+def test_a_listener_busy_through_another_processs_burst_is_woken_for_all_of_it(tmp_path, settings):
+    """The sending process publishes while this process's event loop is held (as
+    a busy server's is), then exits: what the listener's queue could not take
+    is still delivered, all of it, once the loop reads again."""
+    settings.VAR_DIR = tmp_path
+    topics = [f"r:{i}" for i in range(3 * queue_length() + 3)]
+    # SQLite, whatever this run's database: on PostgreSQL publications go by NOTIFY.
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},
+        "DJANGO_SETTINGS_MODULE": "plumb_site.settings",
+        "PLUMB_VAR_DIR": str(tmp_path),
+    }
+
+    async def scenario() -> tuple[list[str], int]:
+        listener = wake._HostListener(asyncio.get_running_loop())
+        subscriptions = [wake.subscribe([topic]) for topic in topics]
+        try:
+            sender = subprocess.Popen(
+                [sys.executable, "-c", SEND_BURST, *topics],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            # Read on the loop's thread: the listener reads nothing until it returns.
+            assert sender.stdout.readline() == "sent\n"
+            deadline = time.monotonic() + PROMPT
+            while not all(s.woken for s in subscriptions) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            exit_code = await asyncio.to_thread(sender.wait, 60)
+            return [s.topics for s in subscriptions if not s.woken], exit_code
+        finally:
+            for subscription in subscriptions:
+                wake.unsubscribe(subscription)
+            listener.close()
+
+    asleep, exit_code = asyncio.run(scenario())
+
+    assert asleep == []
+    assert exit_code == 0
