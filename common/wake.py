@@ -28,6 +28,13 @@ session) is so never woken by its own announcement, which on PostgreSQL
 comes back to its process through LISTEN after it has subscribed: under
 load, those echoes were a third of the requests a poll server ran.
 
+A publication may carry a *number* (``"w:3@812"``: note 812, for whoever
+comes next to workspace 3) and a subscription a *ceiling* (``"w:3@800"``):
+the subscription is woken only by publications of its topic numbered at most
+its ceiling, or not numbered. A session receives the "next" notes whose ids
+are at most its watermark (SPEC §3.4), so a note sent after every waiting
+session started wakes none of them: none could receive it.
+
 **No wake-up is lost** (SPEC §3.3): whatever the burst of commits, each
 publication reaches every listener that existed when it was sent.
 
@@ -79,6 +86,7 @@ logger = logging.getLogger(__name__)
 CHANNEL = "plumb_wake"
 WAKE_ALL = "*"  # a listener that may have missed publications wakes every subscription
 MARK = "#"  # "topic#mark": wakes the topic's subscriptions but those of that mark
+NUMBER = "@"  # "topic@n": published, a thing numbered n; subscribed, things numbered n at most
 RECONNECT_DELAY = 1.0  # seconds before a lost LISTEN connection is opened again
 MAX_DATAGRAM = 32_768  # bytes owed to one listener past which it is sent "*" instead
 READ_BATCH = 1_000  # datagrams a listener reads before it lets its event loop run again
@@ -88,9 +96,16 @@ EXIT_WAIT = 5.0  # seconds an exiting process waits for its listeners to take wh
 class Subscription:
     """One waiter's topics; woken at most once, by the first publication of any of them."""
 
-    def __init__(self, topics: frozenset[str], mark: str | None = None) -> None:
-        self.topics = topics
+    def __init__(self, topics: Iterable[str], mark: str | None = None) -> None:
+        self.topics = frozenset(topics)  # as subscribed, ceilings included
         self.mark = mark
+        ceilings: dict[str, list[int | None]] = {}
+        for spec in self.topics:
+            topic, _, ceiling = spec.partition(NUMBER)
+            ceilings.setdefault(topic, []).append(int(ceiling) if ceiling.isdigit() else None)
+        self.keys = frozenset(ceilings)
+        # A topic subscribed once without a ceiling has none.
+        self.ceilings = {t: max(c) for t, c in ceilings.items() if None not in c}
         self._guard = threading.Lock()
         self._event = threading.Event()
         self._future: asyncio.Future | None = None
@@ -98,6 +113,12 @@ class Subscription:
     @property
     def woken(self) -> bool:
         return self._event.is_set()
+
+    def receives(self, published: str) -> bool:
+        """Whether a publication of ``published`` (one of ``keys``, unmarked) wakes it."""
+        topic, _, number = published.partition(NUMBER)
+        ceiling = self.ceilings.get(topic)
+        return ceiling is None or not number.isdigit() or int(number) <= ceiling
 
     def wake(self) -> None:
         with self._guard:
@@ -185,18 +206,19 @@ _subscriptions_guard = threading.Lock()
 def subscribe(topics: Iterable[str], *, mark: str | None = None) -> Subscription:
     """Start collecting wake-ups for ``topics``; ``unsubscribe`` it when done.
 
-    Publications carrying ``mark`` (``"topic#mark"``) do not wake it.
+    Publications carrying ``mark`` (``"topic#mark"``) do not wake it; a topic
+    with a ceiling (``"topic@n"``) is woken by publications numbered n at most.
     """
-    subscription = Subscription(frozenset(topics), mark)
+    subscription = Subscription(topics, mark)
     with _subscriptions_guard:
-        for topic in subscription.topics:
+        for topic in subscription.keys:
             _subscriptions.setdefault(topic, set()).add(subscription)
     return subscription
 
 
 def unsubscribe(subscription: Subscription) -> None:
     with _subscriptions_guard:
-        for topic in subscription.topics:
+        for topic in subscription.keys:
             waiting = _subscriptions.get(topic)
             if waiting is not None:
                 waiting.discard(subscription)
@@ -222,7 +244,8 @@ def subscriptions() -> int:
 def deliver(topics: Iterable[str]) -> None:
     """Wake this process's subscriptions to any of ``topics`` (``*``: all of them).
 
-    A marked topic (``"topic#mark"``) spares the subscriptions of its mark.
+    A marked topic (``"topic#mark"``) spares the subscriptions of its mark; a
+    numbered one (``"topic@n"``) those whose ceiling is below n.
     """
     topics = set(topics)
     with _subscriptions_guard:
@@ -231,8 +254,13 @@ def deliver(topics: Iterable[str]) -> None:
         else:
             woken = set()
             for marked in topics:
-                topic, _, mark = marked.partition(MARK)
-                woken.update(s for s in _subscriptions.get(topic, ()) if not mark or s.mark != mark)
+                published, _, mark = marked.partition(MARK)
+                topic = published.partition(NUMBER)[0]
+                woken.update(
+                    s
+                    for s in _subscriptions.get(topic, ())
+                    if (not mark or s.mark != mark) and s.receives(published)
+                )
     for subscription in woken:
         subscription.wake()
 

@@ -59,6 +59,24 @@ def test_a_marked_publication_spares_the_subscriptions_of_its_mark_only():
             wake.unsubscribe(s)
 
 
+def test_a_numbered_publication_wakes_the_subscriptions_whose_ceiling_reaches_it():
+    below, at, above, plain = (
+        wake.subscribe(["w:1@811"]),
+        wake.subscribe(["w:1@812"]),
+        wake.subscribe(["w:1@900", "n:4"]),
+        wake.subscribe(["w:1"]),
+    )
+    try:
+        wake.deliver(["w:1@812"])
+
+        assert [s.woken for s in (below, at, above, plain)] == [False, True, True, True]
+        wake.deliver(["w:1"])  # not numbered: every subscription to the topic
+        assert below.woken
+    finally:
+        for s in (below, at, above, plain):
+            wake.unsubscribe(s)
+
+
 def test_wake_all_wakes_every_subscription():
     subs = [wake.subscribe([f"r:{i}"]) for i in range(3)]
     try:
