@@ -59,7 +59,14 @@ publication reaches every listener that existed when it was sent.
 * *Between hosts*, PostgreSQL queues each NOTIFY for every listening
   connection (up to 8 GB) and drops none. A listener that loses its
   connection connects again and wakes everything it serves: it may have
-  missed publications meanwhile.
+  missed publications meanwhile. A connection that dies silently (a host or
+  a NAT that vanished: a half-open connection, which TCP alone notices only
+  after hours) is found by TCP keepalives and by a check every
+  ``CHECK_INTERVAL`` seconds: a query unanswered within ``CHECK_TIMEOUT``
+  ends it, and the listener connects again and wakes everything. So the
+  wake-ups a dead connection swallowed come late, by those two intervals at
+  most, and are never lost; ``plumb_wake_listen_heard_timestamp_seconds``
+  says when the stalest listener last heard from PostgreSQL.
 """
 
 from __future__ import annotations
@@ -75,11 +82,15 @@ import socket
 import threading
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from common import metrics
+
+if TYPE_CHECKING:
+    import psycopg
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +102,17 @@ RECONNECT_DELAY = 1.0  # seconds before a lost LISTEN connection is opened again
 MAX_DATAGRAM = 32_768  # bytes owed to one listener past which it is sent "*" instead
 READ_BATCH = 1_000  # datagrams a listener reads before it lets its event loop run again
 EXIT_WAIT = 5.0  # seconds an exiting process waits for its listeners to take what it owes
+# The LISTEN connection's TCP keepalives (libpq's names): probes after 30 s of
+# silence, a dead peer given up after three more unanswered 10 s apart.
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+CHECK_INTERVAL = 10.0  # seconds between two checks that the LISTEN connection still answers
+CHECK_TIMEOUT = 5.0  # seconds a check waits for its answer before the connection is given up
+APPLICATION_NAME = "plumb-wake"  # how the LISTEN connections show in pg_stat_activity
 
 
 class Subscription:
@@ -531,6 +553,8 @@ def _listen_params(using: str) -> dict:
             params[key] = conf[name]
     if conf.get("PORT"):
         params["port"] = int(conf["PORT"])
+    for key, value in {**KEEPALIVES, "application_name": APPLICATION_NAME}.items():
+        params.setdefault(key, value)
     return params
 
 
@@ -540,16 +564,57 @@ async def _listen_postgres(using: str) -> None:
 
     while True:
         try:
-            async with await psycopg.AsyncConnection.connect(**_listen_params(using)) as conn:
-                await conn.execute(f"LISTEN {CHANNEL}")
-                deliver([WAKE_ALL])  # anything published while we were not listening
-                async for notify in conn.notifies():
-                    deliver(notify.payload.split(" "))
+            conn = await psycopg.AsyncConnection.connect(**_listen_params(using))
+            try:
+                await _listen(conn)
+            finally:
+                await conn.close()  # not ``async with``: no rollback tried on a dead connection
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.warning("wake-ups: the LISTEN connection failed; reconnecting", exc_info=True)
+            logger.warning("wake-ups: LISTEN connection lost; reconnecting", exc_info=True)
         await asyncio.sleep(RECONNECT_DELAY)
+
+
+async def _listen(conn: psycopg.AsyncConnection) -> None:
+    await conn.execute(f"LISTEN {CHANNEL}")
+    metrics.WAKE_LISTEN_HEARD.set_to_current_time()
+    deliver([WAKE_ALL])  # anything published while we were not listening
+    while True:
+        async for notify in conn.notifies(timeout=CHECK_INTERVAL):
+            metrics.WAKE_LISTEN_HEARD.set_to_current_time()
+            deliver(notify.payload.split(" "))
+        # Notifications that come during the check wait for the next notifies().
+        await _check(conn)
+        metrics.WAKE_LISTEN_HEARD.set_to_current_time()
+
+
+class Unanswered(Exception):
+    """The LISTEN connection did not answer its periodic check in time."""
+
+
+async def _check(conn: psycopg.AsyncConnection) -> None:
+    """Raise unless ``conn`` answers a query within ``CHECK_TIMEOUT`` seconds.
+
+    A connection that does not answer is hung up under its query (``shutdown``:
+    psycopg still owns the descriptor), so the query fails at once. Cancelling
+    the query instead would have psycopg ask the server to cancel it and wait
+    for that, for seconds more.
+    """
+    query = asyncio.ensure_future(conn.execute("SELECT 1"))
+    try:
+        done, _ = await asyncio.wait({query}, timeout=CHECK_TIMEOUT)
+    finally:
+        if not query.done():  # unanswered, or the listener is stopping
+            with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+            query.add_done_callback(lambda task: task.cancelled() or task.exception())
+    if done:
+        query.result()
+        return
+    # Its failure, now quick, comes before the connection is closed under it.
+    await asyncio.wait({query}, timeout=CHECK_TIMEOUT)
+    raise Unanswered(f"no answer to a check within {CHECK_TIMEOUT:g} s: hung up")
 
 
 class Listening:

@@ -7,6 +7,7 @@ a test that passed only because time ran out would fail on ``woken``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
+from prometheus_client import REGISTRY
 
 from common import wake
 
@@ -149,7 +151,8 @@ def publish_elsewhere(topic: str) -> None:
     if connection.vendor == "postgresql":
         import psycopg
 
-        with psycopg.connect(**wake._listen_params("default")) as other:
+        params = {**wake._listen_params("default"), "application_name": "plumb-test"}
+        with psycopg.connect(**params) as other:
             other.execute("SELECT pg_notify(%s, %s)", [wake.CHANNEL, topic])
         return
     code = (
@@ -332,3 +335,193 @@ def test_a_listener_busy_through_another_processs_burst_is_woken_for_all_of_it(t
 
     assert asleep == []
     assert exit_code == 0
+
+
+# --- PostgreSQL: a LISTEN connection that dies, loudly or silently (issue 23, item 10) ------
+
+HEARD = "plumb_wake_listen_heard_timestamp_seconds"
+
+
+def pg_only() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the LISTEN connection is PostgreSQL's")
+
+
+def listen_backends(params: dict) -> dict[int, int]:
+    """{backend pid: client port} of the LISTEN connections (named, or still at LISTEN)."""
+    import psycopg
+
+    with psycopg.connect(**params) as other:
+        rows = other.execute(
+            "SELECT pid, client_port FROM pg_stat_activity"
+            " WHERE datname = current_database() AND (application_name = %s OR query = %s)",
+            ["plumb-wake", f"LISTEN {wake.CHANNEL}"],
+        ).fetchall()
+    return dict(rows)
+
+
+async def until(condition, what: str) -> None:
+    """Wait, on the loop, until ``condition()`` (run in a thread) holds; fail after PROMPT."""
+    deadline = time.monotonic() + PROMPT
+    while not await asyncio.to_thread(condition):
+        assert time.monotonic() < deadline, f"{what} did not happen within {PROMPT} s"
+        await asyncio.sleep(0.05)
+
+
+def own_socket_on_port(port: int) -> socket.socket | None:
+    """This process's TCP socket whose local port is ``port`` (a duplicate: close it)."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except OSError:
+            continue  # not a socket
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.getsockname()[1] == port:
+            return sock
+        sock.close()
+    return None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_listen_connection_sends_tcp_keepalives():
+    """Without them a half-open connection (a host or NAT gone) is noticed after hours."""
+    pg_only()
+    params = {**wake._listen_params("default"), "application_name": "plumb-test"}
+    if str(params.get("host", "")).startswith("/") or not params.get("host"):
+        pytest.skip("the database is reached through a Unix socket: no TCP")
+
+    async def scenario() -> dict[str, int]:
+        await until(lambda: not listen_backends(params), "earlier tests' listeners gone")
+        listening = wake.listen()
+        try:
+            await until(lambda: listen_backends(params), "LISTEN")
+            (port,) = (await asyncio.to_thread(listen_backends, params)).values()
+            sock = own_socket_on_port(port)
+            assert sock is not None
+            with sock:
+                return {
+                    option: sock.getsockopt(level, getattr(socket, option))
+                    for level, option in (
+                        (socket.SOL_SOCKET, "SO_KEEPALIVE"),
+                        (socket.IPPROTO_TCP, "TCP_KEEPIDLE"),
+                        (socket.IPPROTO_TCP, "TCP_KEEPINTVL"),
+                        (socket.IPPROTO_TCP, "TCP_KEEPCNT"),
+                    )
+                }
+        finally:
+            await listening.close()
+
+    assert asyncio.run(scenario()) == {
+        "SO_KEEPALIVE": 1,
+        "TCP_KEEPIDLE": 30,
+        "TCP_KEEPINTVL": 10,
+        "TCP_KEEPCNT": 3,
+    }
+
+
+class Blackhole:
+    """A TCP relay to PostgreSQL whose connections can go silent.
+
+    ``silence()`` makes every connection open now swallow what either side
+    sends, closing nothing: what a vanished host or NAT does to a TCP
+    connection, which neither end hears of. Connections opened later pass.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.links: list[tuple[socket.socket, socket.socket, threading.Event]] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(self.target)
+            silent = threading.Event()
+            self.links.append((client, upstream, silent))
+            for source, sink in ((client, upstream), (upstream, client)):
+                args = (source, sink, silent)
+                threading.Thread(target=self._relay, args=args, daemon=True).start()
+
+    @staticmethod
+    def _relay(source: socket.socket, sink: socket.socket, silent: threading.Event) -> None:
+        while True:
+            try:
+                data = source.recv(65536)
+                if silent.is_set():
+                    continue  # swallowed, and a close with it
+                if not data:
+                    sink.shutdown(socket.SHUT_WR)
+                    return
+                sink.sendall(data)
+            except OSError:
+                return
+
+    def silence(self) -> None:
+        for _, _, silent in self.links:
+            silent.set()
+
+    def close(self) -> None:
+        self.server.close()
+        for sock in [sock for client, upstream, _ in self.links for sock in (client, upstream)]:
+            # shutdown, not only close: a relay thread blocked in recv() holds the socket open.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+@pytest.mark.parametrize("death", ["silent", "terminated"])
+@pytest.mark.django_db(transaction=True)
+def test_a_dead_listen_connection_is_replaced_within_the_check_and_the_metric_says_so(
+    monkeypatch, death
+):
+    """``silent``: the connection stops carrying anything and nobody closes it (a
+    half-open connection); ``terminated``: its backend is killed
+    (``pg_terminate_backend``). Either way a new connection listens within the
+    periodic check, a publication wakes its subscription again, and
+    plumb_wake_listen_heard_timestamp_seconds moves past the death."""
+    pg_only()
+    import psycopg
+
+    listener_params = wake._listen_params("default")
+    params = {**listener_params, "application_name": "plumb-test"}
+    if str(params.get("host", "")).startswith("/") or not params.get("host"):
+        pytest.skip("the database is reached through a Unix socket: no TCP to relay")
+    relay = Blackhole(params["host"], int(params.get("port", 5432)))
+    monkeypatch.setattr(
+        wake, "_listen_params", lambda using: {**listener_params, "port": relay.port}
+    )
+    monkeypatch.setattr(wake, "CHECK_INTERVAL", 0.2, raising=False)
+    monkeypatch.setattr(wake, "CHECK_TIMEOUT", 0.5, raising=False)
+    monkeypatch.setattr(wake, "RECONNECT_DELAY", 0.1)
+
+    async def scenario() -> tuple[bool, float | None, float | None, float]:
+        await until(lambda: not listen_backends(params), "earlier tests' listeners gone")
+        listening = wake.listen()
+        try:
+            await until(lambda: listen_backends(params), "the first LISTEN")
+            (first,) = await asyncio.to_thread(listen_backends, params)
+            heard_before = REGISTRY.get_sample_value(HEARD)
+            died_at = time.time()
+            if death == "silent":
+                relay.silence()
+            else:
+                with psycopg.connect(**params) as other:
+                    other.execute("SELECT pg_terminate_backend(%s)", [first])
+            await until(lambda: set(listen_backends(params)) - {first}, "a new LISTEN connection")
+            with wake.subscribed(["r:81"]) as subscription:
+                await asyncio.to_thread(publish_elsewhere, "r:81")
+                woken = await subscription.wait_async(PROMPT)
+            return woken, heard_before, REGISTRY.get_sample_value(HEARD), died_at
+        finally:
+            await listening.close()
+            relay.close()
+
+    woken, heard_before, heard_after, died_at = asyncio.run(scenario())
+
+    assert woken
+    assert heard_before is not None
+    assert heard_before <= died_at <= heard_after
