@@ -66,6 +66,18 @@ GATE_WAIT_SECONDS = Histogram(
     "Time a request waited for its process's request gate (common/gate.py).",
     buckets=_WAIT_BUCKETS,
 )
+WAKE_HELD = Counter(
+    "plumb_wake_held",
+    "Wake-ups for another process of this host held back because its queue was full, each "
+    "sent with the rest it is owed once it has room (common/wake.py).",
+)
+WAKE_LISTEN_HEARD = Gauge(
+    "plumb_wake_listen_heard_timestamp_seconds",
+    "When the LISTEN connection last heard from PostgreSQL, a notification or the answer to "
+    "its periodic check, as a Unix time (common/wake.py); 0 where nothing listens (SQLite).",
+    # The stalest of the processes alive now: one deaf listener is enough to miss wake-ups.
+    multiprocess_mode="livemin",
+)
 SQLITE_WRITER_WAIT_SECONDS = Histogram(
     "plumb_sqlite_writer_wait_seconds",
     "Time a write (a transaction, or a statement outside one) queued before asking SQLite "

@@ -14,8 +14,9 @@ Where a publication reaches, and what it costs while nothing happens (nothing):
   (``Subscription.wait_async``), so a waiting request holds no thread.
 * **The other processes of this host** (SQLite): each server process that
   listens (``listen``, from the ASGI lifespan) binds a Unix datagram socket
-  in ``VAR_DIR/wake/``; a commit sends one datagram to every socket there.
-  The kernel holds it until the listener's event loop reads it.
+  in ``VAR_DIR/wake/``; at commit each publication goes to every socket
+  there, one datagram each. The kernel holds it until the listener's event
+  loop reads it.
 * **Every process of every host** (PostgreSQL): the transaction runs
   ``NOTIFY plumb_wake``, which PostgreSQL delivers at commit, and only then,
   to every listening connection: one per server process (``listen``).
@@ -27,40 +28,106 @@ session) is so never woken by its own announcement, which on PostgreSQL
 comes back to its process through LISTEN after it has subscribed: under
 load, those echoes were a third of the requests a poll server ran.
 
-A lost wake-up (a full socket buffer, a listener reconnecting) costs latency,
-never correctness: waiters give up at their deadline and look again, and a
-listener that reconnects wakes everything it serves.
+A publication may carry a *number* (``"w:3@812"``: note 812, for whoever
+comes next to workspace 3) and a subscription a *ceiling* (``"w:3@800"``):
+the subscription is woken only by publications of its topic numbered at most
+its ceiling, or not numbered. A session receives the "next" notes whose ids
+are at most its watermark (SPEC §3.4), so a note sent after every waiting
+session started wakes none of them: none could receive it.
+
+**No wake-up is lost** (SPEC §3.3): whatever the burst of commits, each
+publication reaches every listener that existed when it was sent.
+
+* *Between the processes of a host*, the kernel queues at most
+  ``net.unix.max_dgram_qlen`` datagrams for a socket (10 by default, however
+  large its buffer) and refuses more while its reader is busy. A datagram the
+  kernel refuses is *held*, never dropped: the sending process keeps the
+  topics it owes each listener, later publications join them rather than
+  overtake them, and one thread (started at the first refusal) waits for room
+  in those listeners' queues and then sends all that each is owed in one
+  datagram. Room comes: a queue is full only of datagrams its listener has
+  yet to read, and each one read frees a place, which the kernel reports by
+  making the socket connected to that listener writable (``poll``). So
+  whatever a listener missed while it fell behind reaches it in one datagram
+  as soon as it reads again, and it delivers all that is queued at once.
+  What one listener is owed past ``MAX_DATAGRAM`` bytes becomes ``*`` (wake
+  everything). A listener whose process is gone is forgotten and its socket
+  removed. Only the sender's death can lose what it owes: a process that
+  exits waits up to ``EXIT_WAIT`` seconds for its listeners to take it (a
+  command that commits and exits at once), and one killed outright loses it,
+  as it loses any work after its commit.
+* *Between hosts*, PostgreSQL queues each NOTIFY for every listening
+  connection (up to 8 GB) and drops none. A listener that loses its
+  connection connects again and wakes everything it serves: it may have
+  missed publications meanwhile. A connection that dies silently (a host or
+  a NAT that vanished: a half-open connection, which TCP alone notices only
+  after hours) is found by TCP keepalives and by a check every
+  ``CHECK_INTERVAL`` seconds: a query unanswered within ``CHECK_TIMEOUT``
+  ends it, and the listener connects again and wakes everything. So the
+  wake-ups a dead connection swallowed come late, by those two intervals at
+  most, and are never lost; ``plumb_wake_listen_heard_timestamp_seconds``
+  says when the stalest listener last heard from PostgreSQL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import os
 import secrets
+import select
 import socket
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+
+from common import metrics
+
+if TYPE_CHECKING:
+    import psycopg
 
 logger = logging.getLogger(__name__)
 
 CHANNEL = "plumb_wake"
 WAKE_ALL = "*"  # a listener that may have missed publications wakes every subscription
 MARK = "#"  # "topic#mark": wakes the topic's subscriptions but those of that mark
+NUMBER = "@"  # "topic@n": published, a thing numbered n; subscribed, things numbered n at most
 RECONNECT_DELAY = 1.0  # seconds before a lost LISTEN connection is opened again
+MAX_DATAGRAM = 32_768  # bytes owed to one listener past which it is sent "*" instead
+READ_BATCH = 1_000  # datagrams a listener reads before it lets its event loop run again
+EXIT_WAIT = 5.0  # seconds an exiting process waits for its listeners to take what it owes
+# The LISTEN connection's TCP keepalives (libpq's names): probes after 30 s of
+# silence, a dead peer given up after three more unanswered 10 s apart.
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+CHECK_INTERVAL = 10.0  # seconds between two checks that the LISTEN connection still answers
+CHECK_TIMEOUT = 5.0  # seconds a check waits for its answer before the connection is given up
+APPLICATION_NAME = "plumb-wake"  # how the LISTEN connections show in pg_stat_activity
 
 
 class Subscription:
     """One waiter's topics; woken at most once, by the first publication of any of them."""
 
-    def __init__(self, topics: frozenset[str], mark: str | None = None) -> None:
-        self.topics = topics
+    def __init__(self, topics: Iterable[str], mark: str | None = None) -> None:
+        self.topics = frozenset(topics)  # as subscribed, ceilings included
         self.mark = mark
+        ceilings: dict[str, list[int | None]] = {}
+        for spec in self.topics:
+            topic, _, ceiling = spec.partition(NUMBER)
+            ceilings.setdefault(topic, []).append(int(ceiling) if ceiling.isdigit() else None)
+        self.keys = frozenset(ceilings)
+        # A topic subscribed once without a ceiling has none.
+        self.ceilings = {t: max(c) for t, c in ceilings.items() if None not in c}
         self._guard = threading.Lock()
         self._event = threading.Event()
         self._future: asyncio.Future | None = None
@@ -68,6 +135,12 @@ class Subscription:
     @property
     def woken(self) -> bool:
         return self._event.is_set()
+
+    def receives(self, published: str) -> bool:
+        """Whether a publication of ``published`` (one of ``keys``, unmarked) wakes it."""
+        topic, _, number = published.partition(NUMBER)
+        ceiling = self.ceilings.get(topic)
+        return ceiling is None or not number.isdigit() or int(number) <= ceiling
 
     def wake(self) -> None:
         with self._guard:
@@ -155,18 +228,19 @@ _subscriptions_guard = threading.Lock()
 def subscribe(topics: Iterable[str], *, mark: str | None = None) -> Subscription:
     """Start collecting wake-ups for ``topics``; ``unsubscribe`` it when done.
 
-    Publications carrying ``mark`` (``"topic#mark"``) do not wake it.
+    Publications carrying ``mark`` (``"topic#mark"``) do not wake it; a topic
+    with a ceiling (``"topic@n"``) is woken by publications numbered n at most.
     """
-    subscription = Subscription(frozenset(topics), mark)
+    subscription = Subscription(topics, mark)
     with _subscriptions_guard:
-        for topic in subscription.topics:
+        for topic in subscription.keys:
             _subscriptions.setdefault(topic, set()).add(subscription)
     return subscription
 
 
 def unsubscribe(subscription: Subscription) -> None:
     with _subscriptions_guard:
-        for topic in subscription.topics:
+        for topic in subscription.keys:
             waiting = _subscriptions.get(topic)
             if waiting is not None:
                 waiting.discard(subscription)
@@ -192,7 +266,8 @@ def subscriptions() -> int:
 def deliver(topics: Iterable[str]) -> None:
     """Wake this process's subscriptions to any of ``topics`` (``*``: all of them).
 
-    A marked topic (``"topic#mark"``) spares the subscriptions of its mark.
+    A marked topic (``"topic#mark"``) spares the subscriptions of its mark; a
+    numbered one (``"topic@n"``) those whose ceiling is below n.
     """
     topics = set(topics)
     with _subscriptions_guard:
@@ -201,8 +276,13 @@ def deliver(topics: Iterable[str]) -> None:
         else:
             woken = set()
             for marked in topics:
-                topic, _, mark = marked.partition(MARK)
-                woken.update(s for s in _subscriptions.get(topic, ()) if not mark or s.mark != mark)
+                published, _, mark = marked.partition(MARK)
+                topic = published.partition(NUMBER)[0]
+                woken.update(
+                    s
+                    for s in _subscriptions.get(topic, ())
+                    if (not mark or s.mark != mark) and s.receives(published)
+                )
     for subscription in woken:
         subscription.wake()
 
@@ -220,20 +300,19 @@ def publish(topics: Iterable[str], *, using: str = DEFAULT_DB_ALIAS) -> None:
     topics = sorted(set(topics))
     if not topics:
         return
-    payload = " ".join(topics)
     connection = connections[using]
     if connection.vendor == "postgresql":
         # Every process listens on the channel, this host's included.
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, " ".join(topics)])
         transaction.on_commit(lambda: deliver(topics), using=using)
     else:
-        transaction.on_commit(lambda: _after_commit(payload), using=using)
+        transaction.on_commit(lambda: _after_commit(topics), using=using)
 
 
-def _after_commit(payload: str) -> None:
-    deliver(payload.split(" "))
-    _send_to_host(payload.encode())
+def _after_commit(topics: list[str]) -> None:
+    deliver(topics)
+    _send_to_host(topics)
 
 
 # --- between the processes of one host ------------------------------------------------------
@@ -243,32 +322,182 @@ def wake_dir() -> Path:
     return Path(settings.VAR_DIR) / "wake"
 
 
-_sender: socket.socket | None = None
-_sender_guard = threading.Lock()
 _own_address: str | None = None
 
 
-def _send_to_host(datagram: bytes) -> None:
-    """One datagram to every other listening process of this host; stale sockets are removed."""
-    global _sender
-    try:
-        addresses = [entry.path for entry in os.scandir(wake_dir()) if entry.name.endswith(".sock")]
-    except FileNotFoundError:
-        return
-    with _sender_guard:
-        if _sender is None:
-            _sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            _sender.setblocking(False)
-        for address in addresses:
-            if address == _own_address:
-                continue  # delivered in-process already
-            try:
-                _sender.sendto(datagram, address)
-            except (ConnectionRefusedError, FileNotFoundError):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(address)  # its process is gone
-            except BlockingIOError:
-                logger.warning("wake-up dropped: the listener at %s is not reading", address)
+class _Peer:
+    """Another listening process of this host, as this process sends to it."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setblocking(False)
+        try:
+            # Connected, so that poll() says when this listener's queue has room.
+            self.sock.connect(address)
+        except OSError:
+            self.sock.close()
+            raise
+        self.owed: set[str] = set()
+        self._owed_bytes = 0
+
+    def owe(self, topics: Iterable[str]) -> None:
+        if WAKE_ALL in self.owed:
+            return
+        for topic in topics:
+            if topic not in self.owed:
+                self.owed.add(topic)
+                self._owed_bytes += len(topic) + 1
+        if self._owed_bytes > MAX_DATAGRAM:
+            self.owed = {WAKE_ALL}
+
+    def paid(self) -> None:
+        self.owed = set()
+        self._owed_bytes = 0
+
+
+class _HostSender:
+    """This process's publications to the host's other listeners, and what it owes them."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._all_paid = threading.Condition(self._guard)
+        self._peers: dict[str, _Peer] = {}
+        # A byte in this pipe interrupts the payer's poll: a listener is newly owed.
+        self._kick_read, self._kick_write = os.pipe()
+        os.set_blocking(self._kick_read, False)
+        os.set_blocking(self._kick_write, False)
+        self._payer: threading.Thread | None = None
+
+    def send(self, topics: Collection[str]) -> None:
+        try:
+            addresses = {e.path for e in os.scandir(wake_dir()) if e.name.endswith(".sock")}
+        except FileNotFoundError:
+            return
+        addresses.discard(_own_address)  # delivered in-process already
+        held = 0
+        with self._guard:
+            for address in self._peers.keys() - addresses:
+                self._forget(self._peers[address])
+            for address in addresses:
+                peer = self._peers.get(address) or self._connect(address)
+                if peer is None:
+                    continue
+                if peer.owed:
+                    # Behind what it is owed already, and sent with it.
+                    peer.owe(topics)
+                elif not self._send(peer, topics):
+                    peer.owe(topics)
+                    held += 1
+            if held:
+                self._start_payer()
+        if held:
+            metrics.WAKE_HELD.inc(held)
+
+    def _connect(self, address: str) -> _Peer | None:
+        try:
+            peer = _Peer(address)
+        except ConnectionRefusedError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(address)  # its process is gone
+            return None
+        except OSError:
+            return None  # removed since the scan
+        self._peers[address] = peer
+        return peer
+
+    def _forget(self, peer: _Peer, *, unlink: bool = False) -> None:
+        del self._peers[peer.address]
+        peer.sock.close()
+        if unlink:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(peer.address)
+
+    def _send(self, peer: _Peer, topics: Collection[str]) -> bool:
+        """Send ``topics`` to ``peer`` in one datagram; False if its queue is full."""
+        payload = " ".join(topics).encode()
+        if len(payload) > MAX_DATAGRAM:
+            payload = WAKE_ALL.encode()
+        try:
+            peer.sock.send(payload)
+        except BlockingIOError:
+            return False
+        except ConnectionRefusedError:
+            self._forget(peer, unlink=True)  # its process is gone, and its waiters with it
+        except OSError:
+            logger.warning("wake-ups: cannot send to %s", peer.address, exc_info=True)
+            self._forget(peer)  # connected again at the next publication
+        return True
+
+    def _start_payer(self) -> None:
+        if self._payer is None:
+            self._payer = threading.Thread(target=self._pay, name="wake-payer", daemon=True)
+            self._payer.start()
+            atexit.register(self.pay_before_exit)
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._kick_write, b"\0")
+
+    def _pay(self) -> None:
+        """The payer thread: wait for room in the queues of listeners owed anything; send."""
+        while True:
+            with self._guard:
+                owing = {p.sock.fileno(): p for p in self._peers.values() if p.owed}
+                if not owing:
+                    self._all_paid.notify_all()
+            poller = select.poll()
+            poller.register(self._kick_read, select.POLLIN)
+            for fd in owing:
+                poller.register(fd, select.POLLOUT)
+            ready = poller.poll()
+            with self._guard:
+                for fd, _ in ready:
+                    if fd == self._kick_read:
+                        with contextlib.suppress(BlockingIOError):
+                            os.read(fd, 4096)
+                        continue
+                    peer = owing[fd]
+                    # Forgotten meanwhile (and its descriptor perhaps reused): skipped.
+                    if self._peers.get(peer.address) is peer and self._send(peer, peer.owed):
+                        peer.paid()
+
+    def paid_up(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until nothing is owed; whether nothing is."""
+        with self._guard:
+            return self._all_paid.wait_for(
+                lambda: not any(p.owed for p in self._peers.values()), timeout
+            )
+
+    def pay_before_exit(self) -> None:
+        if not self.paid_up(EXIT_WAIT):
+            logger.warning(
+                "wake-ups: exiting with wake-ups owed to listeners that read nothing for %g s",
+                EXIT_WAIT,
+            )
+
+
+_host: _HostSender | None = None
+_host_guard = threading.Lock()
+
+
+def _send_to_host(topics: Collection[str]) -> None:
+    """Send ``topics`` to every other listening process of this host, or owe them (see above)."""
+    global _host
+    with _host_guard:
+        if _host is None:
+            _host = _HostSender()
+        host = _host
+    host.send(topics)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child owes nothing: its parent pays, and the child has no payer thread."""
+    global _host, _host_guard
+    if _host is not None:
+        atexit.unregister(_host.pay_before_exit)
+    _host, _host_guard = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _HostListener:
@@ -288,12 +517,16 @@ class _HostListener:
         _own_address = self.path
 
     def _readable(self) -> None:
-        while True:
+        # All that is queued, delivered at once: a burst wakes each waiter once.
+        topics: set[str] = set()
+        for _ in range(READ_BATCH):
             try:
                 datagram = self.sock.recv(65536)
             except BlockingIOError:
-                return
-            deliver(datagram.decode("ascii", "replace").split(" "))
+                break
+            topics.update(datagram.decode("ascii", "replace").split(" "))
+        if topics:
+            deliver(topics)
 
     def close(self) -> None:
         global _own_address
@@ -320,6 +553,8 @@ def _listen_params(using: str) -> dict:
             params[key] = conf[name]
     if conf.get("PORT"):
         params["port"] = int(conf["PORT"])
+    for key, value in {**KEEPALIVES, "application_name": APPLICATION_NAME}.items():
+        params.setdefault(key, value)
     return params
 
 
@@ -329,16 +564,57 @@ async def _listen_postgres(using: str) -> None:
 
     while True:
         try:
-            async with await psycopg.AsyncConnection.connect(**_listen_params(using)) as conn:
-                await conn.execute(f"LISTEN {CHANNEL}")
-                deliver([WAKE_ALL])  # anything published while we were not listening
-                async for notify in conn.notifies():
-                    deliver(notify.payload.split(" "))
+            conn = await psycopg.AsyncConnection.connect(**_listen_params(using))
+            try:
+                await _listen(conn)
+            finally:
+                await conn.close()  # not ``async with``: no rollback tried on a dead connection
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.warning("wake-ups: the LISTEN connection failed; reconnecting", exc_info=True)
+            logger.warning("wake-ups: LISTEN connection lost; reconnecting", exc_info=True)
         await asyncio.sleep(RECONNECT_DELAY)
+
+
+async def _listen(conn: psycopg.AsyncConnection) -> None:
+    await conn.execute(f"LISTEN {CHANNEL}")
+    metrics.WAKE_LISTEN_HEARD.set_to_current_time()
+    deliver([WAKE_ALL])  # anything published while we were not listening
+    while True:
+        async for notify in conn.notifies(timeout=CHECK_INTERVAL):
+            metrics.WAKE_LISTEN_HEARD.set_to_current_time()
+            deliver(notify.payload.split(" "))
+        # Notifications that come during the check wait for the next notifies().
+        await _check(conn)
+        metrics.WAKE_LISTEN_HEARD.set_to_current_time()
+
+
+class Unanswered(Exception):
+    """The LISTEN connection did not answer its periodic check in time."""
+
+
+async def _check(conn: psycopg.AsyncConnection) -> None:
+    """Raise unless ``conn`` answers a query within ``CHECK_TIMEOUT`` seconds.
+
+    A connection that does not answer is hung up under its query (``shutdown``:
+    psycopg still owns the descriptor), so the query fails at once. Cancelling
+    the query instead would have psycopg ask the server to cancel it and wait
+    for that, for seconds more.
+    """
+    query = asyncio.ensure_future(conn.execute("SELECT 1"))
+    try:
+        done, _ = await asyncio.wait({query}, timeout=CHECK_TIMEOUT)
+    finally:
+        if not query.done():  # unanswered, or the listener is stopping
+            with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+            query.add_done_callback(lambda task: task.cancelled() or task.exception())
+    if done:
+        query.result()
+        return
+    # Its failure, now quick, comes before the connection is closed under it.
+    await asyncio.wait({query}, timeout=CHECK_TIMEOUT)
+    raise Unanswered(f"no answer to a check within {CHECK_TIMEOUT:g} s: hung up")
 
 
 class Listening:

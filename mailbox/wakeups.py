@@ -56,8 +56,19 @@ _waiting = 0
 
 
 def session_topics(session: Session) -> list[str]:
-    """What a note for ``session`` publishes: bound to it, for its name, or "next" here."""
-    return [f"s:{session.pk}", f"n:{session.name_id}", f"w:{session.workspace_id}"]
+    """What a note for ``session`` publishes: bound to it, for its name, or "next" here.
+
+    A "next" note is for the sessions whose watermark is at least its id
+    (SPEC §3.4), and wakes only those (``wake.NUMBER``): one sent after a
+    session started is not for it, except on PostgreSQL when a note with a
+    lower id commits after one with a higher id, which the session's
+    watermark already counts.
+    """
+    return [
+        f"s:{session.pk}",
+        f"n:{session.name_id}",
+        f"w:{session.workspace_id}{wake.NUMBER}{session.notes_watermark}",
+    ]
 
 
 def note_topics(note: Note) -> list[str]:
@@ -65,7 +76,7 @@ def note_topics(note: Note) -> list[str]:
         return [f"s:{note.bound_session_id}"]
     if note.recipient_id is not None:
         return [f"n:{note.recipient_id}"]
-    return [f"w:{note.next_workspace_id}"]
+    return [f"w:{note.next_workspace_id}{wake.NUMBER}{note.pk}"]
 
 
 def _poll_topic(session_id: int) -> str:

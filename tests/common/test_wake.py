@@ -7,15 +7,18 @@ a test that passed only because time ran out would fail on ``woken``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
+from prometheus_client import REGISTRY
 
 from common import wake
 
@@ -55,6 +58,24 @@ def test_a_marked_publication_spares_the_subscriptions_of_its_mark_only():
         assert plain.woken
     finally:
         for s in (own, older, plain):
+            wake.unsubscribe(s)
+
+
+def test_a_numbered_publication_wakes_the_subscriptions_whose_ceiling_reaches_it():
+    below, at, above, plain = (
+        wake.subscribe(["w:1@811"]),
+        wake.subscribe(["w:1@812"]),
+        wake.subscribe(["w:1@900", "n:4"]),
+        wake.subscribe(["w:1"]),
+    )
+    try:
+        wake.deliver(["w:1@812"])
+
+        assert [s.woken for s in (below, at, above, plain)] == [False, True, True, True]
+        wake.deliver(["w:1"])  # not numbered: every subscription to the topic
+        assert below.woken
+    finally:
+        for s in (below, at, above, plain):
             wake.unsubscribe(s)
 
 
@@ -130,13 +151,14 @@ def publish_elsewhere(topic: str) -> None:
     if connection.vendor == "postgresql":
         import psycopg
 
-        with psycopg.connect(**wake._listen_params("default")) as other:
+        params = {**wake._listen_params("default"), "application_name": "plumb-test"}
+        with psycopg.connect(**params) as other:
             other.execute("SELECT pg_notify(%s, %s)", [wake.CHANNEL, topic])
         return
     code = (
         "import django; django.setup();"
         "from common import wake;"
-        f"wake._send_to_host({topic!r}.encode())"
+        f"wake._send_to_host({topic!r}.split())"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "plumb_site.settings"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
@@ -190,6 +212,316 @@ def test_a_socket_left_by_a_dead_process_is_removed(tmp_path, settings):
     sock.bind(str(stale))
     sock.close()  # the file stays; nobody reads it any more
 
-    wake._send_to_host(b"r:1")
+    wake._send_to_host(["r:1"])
 
     assert not stale.exists()
+
+
+# --- bursts between the processes of one host (issue 23, item 5) --------------------------
+
+
+def queue_length() -> int:
+    """How many datagrams the kernel queues for one socket (``net.unix.max_dgram_qlen``)."""
+    try:
+        return int(Path("/proc/sys/net/unix/max_dgram_qlen").read_text())
+    except (OSError, ValueError):
+        return 10
+
+
+def host_publish(topics: list[str]) -> None:
+    """One commit's publication to the other listeners of this host, as ``publish`` sends it."""
+    wake._send_to_host(topics)
+
+
+def busy_listener(directory: Path) -> socket.socket:
+    """A listener's socket that reads nothing until the test reads it."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(directory / "1-busy.sock"))
+    sock.settimeout(PROMPT)
+    return sock
+
+
+def receive_until(sock: socket.socket, expected: set[str]) -> list[list[str]]:
+    """The datagrams read until all of ``expected`` came, or nothing more did for ``PROMPT``."""
+    datagrams: list[list[str]] = []
+    while not expected <= {topic for datagram in datagrams for topic in datagram}:
+        try:
+            datagrams.append(sock.recv(65536).decode().split(" "))
+        except TimeoutError:
+            break
+    return datagrams
+
+
+def test_a_burst_past_a_full_queue_is_held_back_and_sent_in_one_datagram_once_read(
+    tmp_path, settings
+):
+    settings.VAR_DIR = tmp_path
+    listener = busy_listener(wake.wake_dir())
+    topics = [f"r:{i}" for i in range(3 * queue_length() + 3)]
+    try:
+        for topic in topics:  # one commit each, while the listener reads nothing
+            host_publish([topic])
+        datagrams = receive_until(listener, set(topics))
+    finally:
+        listener.close()
+
+    received = [topic for datagram in datagrams for topic in datagram]
+    assert sorted(received) == sorted(topics)  # each once, none lost
+    # What the queue took went one by one; the rest waited and went together.
+    assert [len(datagram) for datagram in datagrams[:-1]] == [1] * (len(datagrams) - 1)
+    assert len(datagrams) < len(topics)
+
+
+def test_a_publication_too_large_for_one_datagram_wakes_everything(tmp_path, settings):
+    settings.VAR_DIR = tmp_path
+    listener = busy_listener(wake.wake_dir())
+    topics = [f"r:{i}" for i in range(12_000)]  # some 90 kB
+    try:
+        host_publish(topics)
+        datagrams = receive_until(listener, {wake.WAKE_ALL})
+    finally:
+        listener.close()
+
+    assert datagrams == [[wake.WAKE_ALL]]
+
+
+SEND_BURST = """
+import django, sys
+django.setup()
+from common import wake
+for topic in sys.argv[1:]:
+    wake.publish([topic])  # outside a transaction: sent at once, one commit each
+print("sent", flush=True)
+"""
+
+
+def test_a_listener_busy_through_another_processs_burst_is_woken_for_all_of_it(tmp_path, settings):
+    """The sending process publishes while this process's event loop is held (as
+    a busy server's is), then exits: what the listener's queue could not take
+    is still delivered, all of it, once the loop reads again."""
+    settings.VAR_DIR = tmp_path
+    topics = [f"r:{i}" for i in range(3 * queue_length() + 3)]
+    # SQLite, whatever this run's database: on PostgreSQL publications go by NOTIFY.
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},
+        "DJANGO_SETTINGS_MODULE": "plumb_site.settings",
+        "PLUMB_VAR_DIR": str(tmp_path),
+    }
+
+    async def scenario() -> tuple[list[str], int]:
+        listener = wake._HostListener(asyncio.get_running_loop())
+        subscriptions = [wake.subscribe([topic]) for topic in topics]
+        try:
+            sender = subprocess.Popen(
+                [sys.executable, "-c", SEND_BURST, *topics],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            # Read on the loop's thread: the listener reads nothing until it returns.
+            assert sender.stdout.readline() == "sent\n"
+            deadline = time.monotonic() + PROMPT
+            while not all(s.woken for s in subscriptions) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            exit_code = await asyncio.to_thread(sender.wait, 60)
+            return [s.topics for s in subscriptions if not s.woken], exit_code
+        finally:
+            for subscription in subscriptions:
+                wake.unsubscribe(subscription)
+            listener.close()
+
+    asleep, exit_code = asyncio.run(scenario())
+
+    assert asleep == []
+    assert exit_code == 0
+
+
+# --- PostgreSQL: a LISTEN connection that dies, loudly or silently (issue 23, item 10) ------
+
+HEARD = "plumb_wake_listen_heard_timestamp_seconds"
+
+
+def pg_only() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the LISTEN connection is PostgreSQL's")
+
+
+def listen_backends(params: dict) -> dict[int, int]:
+    """{backend pid: client port} of the LISTEN connections (named, or still at LISTEN)."""
+    import psycopg
+
+    with psycopg.connect(**params) as other:
+        rows = other.execute(
+            "SELECT pid, client_port FROM pg_stat_activity"
+            " WHERE datname = current_database() AND (application_name = %s OR query = %s)",
+            ["plumb-wake", f"LISTEN {wake.CHANNEL}"],
+        ).fetchall()
+    return dict(rows)
+
+
+async def until(condition, what: str) -> None:
+    """Wait, on the loop, until ``condition()`` (run in a thread) holds; fail after PROMPT."""
+    deadline = time.monotonic() + PROMPT
+    while not await asyncio.to_thread(condition):
+        assert time.monotonic() < deadline, f"{what} did not happen within {PROMPT} s"
+        await asyncio.sleep(0.05)
+
+
+def own_socket_on_port(port: int) -> socket.socket | None:
+    """This process's TCP socket whose local port is ``port`` (a duplicate: close it)."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except OSError:
+            continue  # not a socket
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.getsockname()[1] == port:
+            return sock
+        sock.close()
+    return None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_listen_connection_sends_tcp_keepalives():
+    """Without them a half-open connection (a host or NAT gone) is noticed after hours."""
+    pg_only()
+    params = {**wake._listen_params("default"), "application_name": "plumb-test"}
+    if str(params.get("host", "")).startswith("/") or not params.get("host"):
+        pytest.skip("the database is reached through a Unix socket: no TCP")
+
+    async def scenario() -> dict[str, int]:
+        await until(lambda: not listen_backends(params), "earlier tests' listeners gone")
+        listening = wake.listen()
+        try:
+            await until(lambda: listen_backends(params), "LISTEN")
+            (port,) = (await asyncio.to_thread(listen_backends, params)).values()
+            sock = own_socket_on_port(port)
+            assert sock is not None
+            with sock:
+                return {
+                    option: sock.getsockopt(level, getattr(socket, option))
+                    for level, option in (
+                        (socket.SOL_SOCKET, "SO_KEEPALIVE"),
+                        (socket.IPPROTO_TCP, "TCP_KEEPIDLE"),
+                        (socket.IPPROTO_TCP, "TCP_KEEPINTVL"),
+                        (socket.IPPROTO_TCP, "TCP_KEEPCNT"),
+                    )
+                }
+        finally:
+            await listening.close()
+
+    assert asyncio.run(scenario()) == {
+        "SO_KEEPALIVE": 1,
+        "TCP_KEEPIDLE": 30,
+        "TCP_KEEPINTVL": 10,
+        "TCP_KEEPCNT": 3,
+    }
+
+
+class Blackhole:
+    """A TCP relay to PostgreSQL whose connections can go silent.
+
+    ``silence()`` makes every connection open now swallow what either side
+    sends, closing nothing: what a vanished host or NAT does to a TCP
+    connection, which neither end hears of. Connections opened later pass.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.links: list[tuple[socket.socket, socket.socket, threading.Event]] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(self.target)
+            silent = threading.Event()
+            self.links.append((client, upstream, silent))
+            for source, sink in ((client, upstream), (upstream, client)):
+                args = (source, sink, silent)
+                threading.Thread(target=self._relay, args=args, daemon=True).start()
+
+    @staticmethod
+    def _relay(source: socket.socket, sink: socket.socket, silent: threading.Event) -> None:
+        while True:
+            try:
+                data = source.recv(65536)
+                if silent.is_set():
+                    continue  # swallowed, and a close with it
+                if not data:
+                    sink.shutdown(socket.SHUT_WR)
+                    return
+                sink.sendall(data)
+            except OSError:
+                return
+
+    def silence(self) -> None:
+        for _, _, silent in self.links:
+            silent.set()
+
+    def close(self) -> None:
+        self.server.close()
+        for sock in [sock for client, upstream, _ in self.links for sock in (client, upstream)]:
+            # shutdown, not only close: a relay thread blocked in recv() holds the socket open.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+@pytest.mark.parametrize("death", ["silent", "terminated"])
+@pytest.mark.django_db(transaction=True)
+def test_a_dead_listen_connection_is_replaced_within_the_check_and_the_metric_says_so(
+    monkeypatch, death
+):
+    """``silent``: the connection stops carrying anything and nobody closes it (a
+    half-open connection); ``terminated``: its backend is killed
+    (``pg_terminate_backend``). Either way a new connection listens within the
+    periodic check, a publication wakes its subscription again, and
+    plumb_wake_listen_heard_timestamp_seconds moves past the death."""
+    pg_only()
+    import psycopg
+
+    listener_params = wake._listen_params("default")
+    params = {**listener_params, "application_name": "plumb-test"}
+    if str(params.get("host", "")).startswith("/") or not params.get("host"):
+        pytest.skip("the database is reached through a Unix socket: no TCP to relay")
+    relay = Blackhole(params["host"], int(params.get("port", 5432)))
+    monkeypatch.setattr(
+        wake, "_listen_params", lambda using: {**listener_params, "port": relay.port}
+    )
+    monkeypatch.setattr(wake, "CHECK_INTERVAL", 0.2, raising=False)
+    monkeypatch.setattr(wake, "CHECK_TIMEOUT", 0.5, raising=False)
+    monkeypatch.setattr(wake, "RECONNECT_DELAY", 0.1)
+
+    async def scenario() -> tuple[bool, float | None, float | None, float]:
+        await until(lambda: not listen_backends(params), "earlier tests' listeners gone")
+        listening = wake.listen()
+        try:
+            await until(lambda: listen_backends(params), "the first LISTEN")
+            (first,) = await asyncio.to_thread(listen_backends, params)
+            heard_before = REGISTRY.get_sample_value(HEARD)
+            died_at = time.time()
+            if death == "silent":
+                relay.silence()
+            else:
+                with psycopg.connect(**params) as other:
+                    other.execute("SELECT pg_terminate_backend(%s)", [first])
+            await until(lambda: set(listen_backends(params)) - {first}, "a new LISTEN connection")
+            with wake.subscribed(["r:81"]) as subscription:
+                await asyncio.to_thread(publish_elsewhere, "r:81")
+                woken = await subscription.wait_async(PROMPT)
+            return woken, heard_before, REGISTRY.get_sample_value(HEARD), died_at
+        finally:
+            await listening.close()
+            relay.close()
+
+    woken, heard_before, heard_after, died_at = asyncio.run(scenario())
+
+    assert woken
+    assert heard_before is not None
+    assert heard_before <= died_at <= heard_after

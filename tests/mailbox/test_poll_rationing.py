@@ -174,3 +174,56 @@ def test_a_refused_poll_still_delivers_what_is_pending(mailbox, settings):
     assert [n.body for n in refused.notes] == ["already here"]
     note_leave(mailbox["carol"], to="alice", body="wake")
     assert alice.answered.wait(PROMPT)
+
+
+# --- "next" notes wake only the sessions that can receive them (issue 23, item 9) ---------
+
+
+@pytest.fixture
+def wake_ups(monkeypatch) -> list[frozenset[str]]:
+    """The topics of every subscription woken, one entry per wake-up (each costs a look)."""
+    woken: list[frozenset[str]] = []
+    wake_up = wake.Subscription.wake
+
+    def counted(subscription: wake.Subscription) -> None:
+        woken.append(subscription.topics)
+        wake_up(subscription)
+
+    monkeypatch.setattr(wake.Subscription, "wake", counted)
+    return woken
+
+
+def test_next_notes_wake_none_of_the_polls_waiting_in_their_workspace(mailbox, wake_ups):
+    """Every waiting session started before the notes were sent: none can receive them
+    (SPEC §3.4), so none is woken to look. Counted as each commit's own delivery,
+    which is done when ``note_leave`` returns."""
+    alice = start_waiting(mailbox["alice"], places_taken=1)
+    bob = start_waiting(mailbox["bob"], places_taken=2)
+
+    for n in range(5):
+        note_leave(mailbox["carol"], to="next", body=f"hand-off {n}")
+
+    assert wake_ups == []
+    note_leave(mailbox["carol"], to="alice", body="named")
+    note_leave(mailbox["carol"], to="bob", body="named")
+    assert alice.answered.wait(PROMPT)
+    assert bob.answered.wait(PROMPT)
+    assert [n.body for n in alice.notes] == [n.body for n in bob.notes] == ["named"]
+
+
+def test_a_next_note_still_wakes_a_waiting_session_that_can_receive_it(mailbox, wake_ups):
+    """On PostgreSQL a note can commit after a session whose watermark (the highest
+    note id committed when it started) is above the note's id: that note is the
+    session's, and its wait must end."""
+    Session.objects.filter(pk=mailbox["bob"].pk).update(notes_watermark=10**9)
+    alice = start_waiting(mailbox["alice"], places_taken=1)
+    bob = start_waiting(mailbox["bob"], places_taken=2)
+
+    left = note_leave(mailbox["carol"], to="next", body="for bob's watermark")
+
+    assert len(wake_ups) == 1  # bob's wait, not alice's
+    assert bob.answered.wait(PROMPT)
+    assert [n.public_id for n in bob.notes] == [left.note.public_id]
+    assert not alice.answered.is_set()
+    note_leave(mailbox["carol"], to="alice", body="named")
+    assert alice.answered.wait(PROMPT)
