@@ -37,7 +37,7 @@ from rest_framework import exceptions
 from common import limits
 from common.errors import ValidationFailed
 from mailbox import credentials, selectors
-from mailbox.errors import McpSessionIdUnknown, NameInUse
+from mailbox.errors import McpSessionIdUnknown, NameInUse, session_ended_refusal
 from mailbox.models import ProjectKey, Session
 from mailbox.services import (
     OpenedMcpSession,
@@ -95,11 +95,7 @@ def check_session_live(session: Session) -> None:
     """
     if session.ended_at is not None:
         # The reason is a column of the row already read: still one query.
-        if session.end_reason == Session.EndReason.KEY_REVOKED:
-            raise _refusal(
-                "key_revoked", "The project key that started this session has been revoked."
-            )
-        raise _refusal("session_ended", "This session has ended; start a new one.")
+        raise session_ended_refusal(session.end_reason)
     now = timezone.now()
     if not session.is_connected(now):
         raise _refusal("session_expired", "This session expired after inactivity; start a new one.")

@@ -1,6 +1,24 @@
 """Domain errors of the mailbox app: identity, sessions and notes."""
 
+from rest_framework import exceptions
+
 from common.errors import Conflict, NotFound, PlumbError, ValidationFailed
+from mailbox.models import Session
+
+
+def session_ended_refusal(end_reason: str) -> exceptions.AuthenticationFailed:
+    """How a call of an ended session is refused (401), naming why it ended.
+
+    The one answer for a new call with its token and for a call that was
+    waiting when the session ended (``mailbox.wakeups``).
+    """
+    if end_reason == Session.EndReason.KEY_REVOKED:
+        return exceptions.AuthenticationFailed(
+            "The project key that started this session has been revoked.", code="key_revoked"
+        )
+    return exceptions.AuthenticationFailed(
+        "This session has ended; start a new one.", code="session_ended"
+    )
 
 
 class WorkspaceNotFound(NotFound):

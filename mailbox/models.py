@@ -198,10 +198,10 @@ class Session(models.Model):
     # is for this session only if its id is at most this: ids come from the
     # database, so the rule does not depend on server clocks agreeing.
     notes_watermark = models.BigIntegerField(default=0, editable=False)
-    # The newest waiting call of this session (notes, room or activity): an
-    # older one that finds another ticket here has been superseded
-    # (mailbox/wakeups.py).
-    poll_ticket = models.CharField(max_length=16, blank=True, default="", editable=False)
+    # The newest waiting calls of this session (notes, room or activity), as
+    # "ticket/expiry" entries: a call whose ticket is gone has been pushed out
+    # by newer ones (mailbox/wakeups.py).
+    poll_tickets = models.CharField(max_length=128, blank=True, default="", editable=False)
 
     objects = SessionQuerySet.as_manager()
 

@@ -21,11 +21,20 @@ sleeps (``common.wake.Parked``, ``plumb_site/asgi.py``), up to
 it sleeps in its thread. Either way waiting is rationed, across the three
 calls alike:
 
-* **One waiting call per session.** A newer waiting call of the same session
-  (any of the three) records its ticket (``Session.poll_ticket``) and
-  publishes the session's poll topic; the older one, woken, finds another
-  ticket there and answers at once with what it has (its *idle* answer: no
-  notes, no events), in whatever process or host it waits.
+* **Up to four waiting calls per session** (``WAITS_PER_SESSION``; any of
+  the three, so an MCP client and a hook of one session wait side by side
+  instead of cutting each other off). Each records its ticket among the
+  session's newest (``Session.poll_tickets``); a fifth pushes the oldest out
+  and publishes the session's poll topic, and the oldest, woken, finds its
+  ticket gone and answers at once with what it has (its *idle* answer: no
+  notes, no events), in whatever process or host it waits. A note still
+  goes to one of them only: each check claims what it delivers.
+* **A waiting call ends with its rights.** Ending a session (by its agent,
+  an operator, or the revocation of its key) publishes its poll topic; a
+  waiting call, woken, is refused as a new call with its token would be
+  (``401 session_ended`` / ``key_revoked``). A parked call is refused by
+  its request's own authentication when it runs again; a room wait, by its
+  membership check.
 * **At most ``PLUMB_WAITING_POLLS`` calls waiting in threads per process**
   (half its threads by default). Past it a call answers at once, as if it
   had not asked to wait, rather than take a thread other calls need.
@@ -40,10 +49,12 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 from django.conf import settings
+from django.db import transaction
 
 from common import metrics, wake
 from common.gate import gate
 from common.pause import pause_point
+from mailbox.errors import session_ended_refusal
 from mailbox.models import Session
 
 if TYPE_CHECKING:
@@ -53,6 +64,9 @@ T = TypeVar("T")
 
 _guard = threading.Lock()
 _waiting = 0
+
+# How many waiting calls of one session wait side by side (SPEC §3.3).
+WAITS_PER_SESSION = 4
 
 
 def session_topics(session: Session) -> list[str]:
@@ -138,7 +152,12 @@ def wait_for(
         # Subscribed before the ticket is read: a newer call that records its
         # own after that read wakes this subscription.
         subscription = _subscribe(session, topics, ticket)
-        if _superseded(session, ticket):
+        try:
+            superseded = _superseded(session, ticket)
+        except BaseException:
+            wake.unsubscribe(subscription)
+            raise
+        if superseded:
             wake.unsubscribe(subscription)
             return idle()
         session.notes_maybe_pending = True
@@ -156,13 +175,14 @@ def wait_for(
     # subscription hears that announcement however close the two calls are.
     subscription = _subscribe(session, topics, ticket)
     try:
-        # Recorded first, so that the older call steps aside even when this one
-        # cannot wait: the newest call is the one the agent is listening to.
-        Session.objects.filter(pk=session.pk).update(poll_ticket=ticket)
+        # Recorded first, so that the oldest call steps aside even when this
+        # one cannot wait: the newest calls are the ones the agent listens to.
+        pushed_out = _record(session, ticket, seconds)
         pause_point("poll.recorded")
-        # Marked with the ticket: this call is not woken by its own
-        # announcement (PostgreSQL's LISTEN includes this process).
-        wake.publish([f"{_poll_topic(session.pk)}{wake.MARK}{ticket}"])
+        if pushed_out:
+            # Marked with the ticket: this call is not woken by its own
+            # announcement (PostgreSQL's LISTEN includes this process).
+            wake.publish([f"{_poll_topic(session.pk)}{wake.MARK}{ticket}"])
     except BaseException:
         wake.unsubscribe(subscription)
         raise
@@ -227,10 +247,55 @@ def _answer(check: Callable[[], T | None], idle: Callable[[], T]) -> T:
     return idle() if answer is None else answer
 
 
-def _superseded(session: Session, ticket: str) -> bool:
-    """A newer waiting call of the session recorded its ticket, here or in another process.
+def _record(session: Session, ticket: str, seconds: float) -> bool:
+    """Add ``ticket`` to the session's newest waiting calls; whether it pushed one out.
 
-    Only the row knows: which of two calls recorded its ticket last is not
-    the order in which they took their places in this process.
+    Each entry is ``ticket/expiry`` (Unix seconds): a call past its expiry has
+    answered, so it holds no place. A compare-and-set on the column: two calls
+    recording at once both read the same list, one UPDATE matches it, and the
+    other (on PostgreSQL after waiting for the row, then finding it changed)
+    reads again and adds its ticket to the new list.
     """
-    return not Session.objects.filter(pk=session.pk, poll_ticket=ticket).exists()
+    expiry = int(time.time() + seconds) + 1
+    while True:
+        current = (
+            Session.objects.filter(pk=session.pk).values_list("poll_tickets", flat=True).first()
+        )
+        if current is None:
+            return False  # the session's row is gone: its name was freed
+        now = time.time()
+        live = [entry for entry in current.split() if int(entry.partition("/")[2]) >= now]
+        kept = [*live, f"{ticket}/{expiry}"]
+        recorded = " ".join(kept[-WAITS_PER_SESSION:])
+        if Session.objects.filter(pk=session.pk, poll_tickets=current).update(
+            poll_tickets=recorded
+        ):
+            return len(kept) > WAITS_PER_SESSION
+
+
+def _superseded(session: Session, ticket: str) -> bool:
+    """Whether the call has lost its place, or its session has ended (then refused).
+
+    Four newer waiting calls of the session pushed its ticket out, here or in
+    another process. Only the row knows: which calls recorded their tickets
+    last is not the order in which they took their places in this process.
+    Raises the refusal a new call would get when the session has ended.
+    """
+    row = (
+        Session.objects.filter(pk=session.pk)
+        .values_list("poll_tickets", "ended_at", "end_reason")
+        .first()
+    )
+    if row is None:
+        raise session_ended_refusal("")
+    tickets, ended_at, end_reason = row
+    if ended_at is not None:
+        raise session_ended_refusal(end_reason)
+    return f"{ticket}/" not in tickets
+
+
+def session_waits_end(session_ids: Iterable[int]) -> None:
+    """Wake the waiting calls of sessions that just ended, once that commits."""
+    topics = [_poll_topic(pk) for pk in session_ids]
+    if topics:
+        transaction.on_commit(lambda: wake.publish(topics))

@@ -28,7 +28,7 @@ from django.utils import timezone
 from common import limits
 from common.pause import pause_point
 from common.prepared import Prepared, PreparedInsert, PreparedObjects
-from mailbox import credentials
+from mailbox import credentials, wakeups
 from mailbox.errors import InvalidName, KeyRevoked, NameInUse, NameTaken, WorkspaceNotFound
 from mailbox.models import AgentName, McpSession, Note, ProjectKey, Session, Workspace
 from mailbox.selectors import open_sessions_of_name_locked
@@ -319,6 +319,8 @@ def sessions_end(session_ids: list[int], *, now: datetime, reason: str) -> int:
         ended_at=now, end_reason=reason
     )
     notes_unbind(session_ids)
+    # Their waiting calls answer now, refused as a new call would be (SPEC §3.3).
+    wakeups.session_waits_end(session_ids)
     return ended
 
 

@@ -7,6 +7,7 @@ it back.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from common.errors import ValidationFailed
@@ -93,7 +94,13 @@ def events_read(
     def read() -> EventsRead:
         return _read(session, slug, reference, limit=limit, kinds=kinds, mark_read=mark_read)
 
+    looks = itertools.count()
+
     def check() -> EventsRead | None:
+        if next(looks):
+            # Woken: a caller removed from the room meanwhile is refused as a
+            # new call would be, whatever kinds it waits for (SPEC §3.3).
+            member_get_for_session(session, slug)
         if not events_after_exist(room, after_seq=reference, kinds=kinds):
             return None
         found = read()

@@ -1,11 +1,12 @@
-"""Waiting polls are rationed (issue 15, item 3; mailbox/wakeups.py).
+"""Waiting polls are rationed (mailbox/wakeups.py).
 
-A session has one waiting ``check_messages``: a newer one makes the older
-answer at once with no notes. A process holds at most ``PLUMB_WAITING_POLLS``
-waiting polls; past it a poll answers at once. Each poll below asks to wait
-far longer than the test allows it (``LONG``), so a poll that answers in
-time did so because it was superseded or refused a place, never because its
-wait ran out. Polls run in threads, each on its own database connection.
+A session has up to four waiting calls side by side (``WAITS_PER_SESSION``); one too
+many makes the oldest answer at once with no notes. A process holds at most
+``PLUMB_WAITING_POLLS`` waiting polls; past it a poll answers at once. Each
+poll below asks to wait far longer than the test allows it (``LONG``), so a
+poll that answers in time did so because it was superseded or refused a
+place, never because its wait ran out. Polls run in threads, each on its own
+database connection.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mailbox.models import Session
 from mailbox.services import note_leave, notes_wait
 from tests.factories import SessionFactory, WorkspaceFactory
 from tests.races import held_at
+from tests.waits import fill_but_one
 
 LONG = 60.0  # what each poll asks to wait
 PROMPT = 10.0  # how long the test waits for an answer that should come at once
@@ -64,8 +66,9 @@ def mailbox(transactional_db):
     }
 
 
-def test_a_newer_poll_of_the_session_makes_the_older_answer_with_no_notes(mailbox):
+def test_a_poll_one_too_many_makes_the_oldest_answer_with_no_notes(mailbox):
     older = start_waiting(mailbox["alice"], places_taken=1)
+    fill_but_one(mailbox["alice"])
 
     newer = Poll(mailbox["alice"])
     newer.start()
@@ -85,7 +88,7 @@ def test_a_poll_started_in_another_process_supersedes_through_its_wake_up(mailbo
 
     # What a poll of the same session does first in another process: its
     # ticket, then its publication, which this process's listener delivers.
-    Session.objects.filter(pk=mailbox["alice"].pk).update(poll_ticket="elsewhere")
+    Session.objects.filter(pk=mailbox["alice"].pk).update(poll_tickets="elsewhere/9999999999")
     wake.deliver([f"p:{mailbox['alice'].pk}"])
 
     assert older.answered.wait(PROMPT)
@@ -111,15 +114,16 @@ def test_a_poll_is_not_woken_by_its_own_announcement(mailbox, monkeypatch):
     poll.join(PROMPT)
 
 
-def test_a_newer_poll_that_records_its_ticket_just_after_the_older_still_ends_it(mailbox):
-    """The older poll is held right after recording its ticket, before it
-    announces it or looks; the newer one records and announces meanwhile. The
-    older must already be listening, or it would sleep its whole wait beside
-    the newer one, and a note could go to the call nobody reads."""
+def test_a_poll_one_too_many_recording_just_after_the_oldest_still_ends_it(mailbox):
+    """The oldest poll is held right after recording its ticket, before it
+    looks; the one too many records and announces meanwhile. The oldest must
+    already be listening, or it would sleep its whole wait beside the others,
+    and a note could go to the call nobody reads."""
     with held_at("poll.recorded") as held:
         older = Poll(mailbox["alice"])
         older.start()
         held.wait_reached()
+        fill_but_one(mailbox["alice"])
         newer = Poll(mailbox["alice"])
         newer.start()
         deadline = time.monotonic() + PROMPT

@@ -20,6 +20,7 @@ from common import wake
 from common.gate import RequestGate
 from mailbox.services import note_leave
 from tests.factories import SessionFactory, WorkspaceFactory
+from tests.waits import fill_but_one
 
 
 def scope(method: str = "GET", path: str = "/healthz", headers=()) -> dict:
@@ -311,7 +312,7 @@ def test_a_waiting_call_parks_and_its_thread_serves_others_meanwhile(one_thread,
     assert wake.subscriptions() == 0
 
 
-def test_a_newer_call_of_the_session_ends_a_parked_one(one_thread, mailbox):
+def test_a_call_of_the_session_one_too_many_ends_a_parked_one(one_thread, mailbox):
     async def scenario() -> tuple[Client, Client]:
         token = mailbox["bob"].raw_token
         older, newer = staying(), staying()
@@ -321,6 +322,7 @@ def test_a_newer_call_of_the_session_ends_a_parked_one(one_thread, mailbox):
             )
         )
         await until(lambda: front.parked_calls() == 1, "the first poll parked")
+        await asyncio.to_thread(fill_but_one, mailbox["bob"])
         second = asyncio.create_task(
             front.application(
                 authorized("/api/v1/notes/?wait=20", token), newer.receive, newer.send

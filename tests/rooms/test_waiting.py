@@ -23,11 +23,13 @@ from common import wake
 from mailbox import wakeups
 from mailbox.models import Note, Session
 from mailbox.services import note_leave, notes_wait
+from mailbox.wakeups import WAITS_PER_SESSION
 from rooms import services
 from rooms.errors import NotAMember, RoomNotFound
 from rooms.models import Member, Room
 from rooms.selectors import member_get_for_operator
 from tests.factories import SessionFactory, WorkspaceFactory
+from tests.waits import fill_but_one, wait_elsewhere
 
 LONG = 60.0  # what each waiting call asks to wait
 PROMPT = 10.0  # how long the test waits for an answer that should come at once
@@ -319,7 +321,7 @@ def test_activity_is_not_ended_by_ones_own_send(agents):
     assert [m.unseen for m in waiter.result().rooms] == [1]
 
 
-# --- one waiting call per session, a bounded number per process ---------------------------
+# --- four waiting calls per session, a bounded number per process ---------------------------
 
 KINDS = {
     "notes": (notes_waiting, lambda answer: answer == []),
@@ -330,25 +332,63 @@ KINDS = {
 
 @pytest.mark.parametrize("newer", KINDS)
 @pytest.mark.parametrize("older", KINDS)
-def test_a_newer_waiting_call_of_any_kind_makes_the_older_answer_at_once(agents, older, newer):
+def test_a_waiting_call_of_any_kind_one_too_many_makes_the_oldest_answer_at_once(
+    agents, older, newer
+):
     alice = agents["alice"]
     older_call, answered_with_nothing = KINDS[older]
     first = start(alice, older_call)
+    fill_but_one(alice)
 
     second = start(alice, KINDS[newer][0])
 
     assert answered_with_nothing(first.result())
     assert not second.answered.is_set()
     # Ended the way a newer call in another process would end it.
-    Session.objects.filter(pk=alice.pk).update(poll_ticket="elsewhere")
+    Session.objects.filter(pk=alice.pk).update(poll_tickets="elsewhere/9999999999")
     wake.deliver([f"p:{alice.pk}"])
     assert second.answered.wait(PROMPT)
+    assert wakeups.waiting_polls() == 0
+
+
+def test_up_to_four_waiting_calls_of_a_session_wait_side_by_side(agents):
+    alice, bob = agents["alice"], agents["bob"]
+    calls = [
+        start(alice, call, places_taken=n)
+        for n, call in enumerate(
+            [notes_waiting, read_waiting(), activity_waiting, notes_waiting], start=1
+        )
+    ]
+    assert not any(call.answered.wait(QUIET) for call in calls)
+
+    note_leave(bob, to="alice", body="for one of them")
+
+    # The two note waits and the activity wait are woken: one takes the note,
+    # the others find nothing and wait on.
+    deadline = time.monotonic() + PROMPT
+    while not any(calls[i].answered.is_set() for i in (0, 2, 3)):
+        assert time.monotonic() < deadline, "no call took the note"
+        time.sleep(0.01)
+    assert not any(c.answered.wait(QUIET) for c in calls if not c.answered.is_set())
+    taker = next(c for c in calls if c.answered.is_set())
+    answer = taker.result()
+    assert [n.body for n in (answer if isinstance(answer, list) else answer.notes)] == [
+        "for one of them"
+    ]
+    services.message_send(bob, "general", body="news")
+    assert bodies(calls[1].result()) == ["news"]
+    # The rest end as calls pushed out by four newer ones elsewhere do.
+    wait_elsewhere(alice, WAITS_PER_SESSION)
+    wake.deliver([f"p:{alice.pk}"])
+    for call in calls:
+        call.result()
     assert wakeups.waiting_polls() == 0
 
 
 def test_a_room_wait_superseded_by_an_activity_wait_leaves_it_the_news(agents):
     alice, bob = agents["alice"], agents["bob"]
     room_wait = start(alice, read_waiting())
+    fill_but_one(alice)
 
     activity = start(alice, activity_waiting)
 

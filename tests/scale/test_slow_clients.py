@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from mailbox.wakeups import WAITS_PER_SESSION
 from rooms import services
 from rooms.models import Member
 from tests.factories import SessionFactory, WorkspaceFactory
@@ -284,7 +285,9 @@ def answered(results: list) -> list[int]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_eight_polls_of_one_session_leave_one_waiting_and_the_server_free(server):
+def test_eight_polls_of_one_session_leave_four_waiting_and_the_server_free(server):
+    """The four newest wait side by side (an MCP client and a hook do not cut each
+    other off); a note goes to one of them; ending the session ends the others."""
     workspace = WorkspaceFactory(slug="main")
     alice = SessionFactory(workspace=workspace, name="alice")
     bob = SessionFactory(workspace=workspace, name="bob")
@@ -293,13 +296,25 @@ def test_eight_polls_of_one_session_leave_one_waiting_and_the_server_free(server
     results, runner = poll_all(api, [alice.raw_token] * 8, stagger=0.3)
     health = []
     deadline = time.monotonic() + 10
-    while len(answered(results)) < 7 and time.monotonic() < deadline:
+    while len(answered(results)) < 4 and time.monotonic() < deadline:
         health.append(timed("GET", f"{server.url}/healthz")[0])
         time.sleep(0.1)
-    time.sleep(1.0)  # the newest poll goes on waiting
+    time.sleep(1.0)  # the four newest polls go on waiting
     still_waiting = [i for i in range(8) if results[i] is None]
-    status, body = api.leave_note(bob.raw_token, to="alice", body="for the newest poll")
+    status, body = api.leave_note(bob.raw_token, to="alice", body="for one of the newest")
     assert status == 201, body
+    deadline = time.monotonic() + 10
+    while len(answered(results)) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    took_it = [i for i in still_waiting if results[i] is not None]
+    time.sleep(0.5)  # the three others, woken too, found nothing and wait on
+    waiting_on = [i for i in still_waiting if results[i] is None]
+    status, body = call("DELETE", f"{api.base}/sessions/current/", token=alice.raw_token)
+    assert status == 200, body
+    ended = time.monotonic()
+    while any(results[i] is None for i in waiting_on) and time.monotonic() < ended + 10:
+        time.sleep(0.01)
+    answered_after_end = time.monotonic() - ended
     runner.join(30)
 
     superseded = [results[i] for i in range(8) if i not in still_waiting]
@@ -310,18 +325,27 @@ def test_eight_polls_of_one_session_leave_one_waiting_and_the_server_free(server
             "superseded answer max ms": f"{max(r[0] for r in superseded) * 1000:.0f}",
             "healthz max ms": f"{max(health) * 1000:.1f}",
             "still waiting": still_waiting,
+            "took the note": took_it,
+            "the others answered after the end, ms": f"{answered_after_end * 1000:.0f}",
         },
         {"slow_healthz": sum(t >= ANSWER_WITHIN for t in health)},
     )
-    assert still_waiting == [7]
+    assert still_waiting == [4, 5, 6, 7]
     for took, status, body in superseded:
         assert status == 200
         assert body["notes"] == []
-        # Superseded through its wake-up, in whichever process it waits.
-        assert took < 0.3 + ANSWER_WITHIN
-    took, status, body = results[7]
+        # Pushed out, through its wake-up in whichever process it waits, by the
+        # poll started four staggers after it.
+        assert took < WAITS_PER_SESSION * 0.3 + ANSWER_WITHIN
+    assert len(took_it) == 1
+    took, status, body = results[took_it[0]]
     assert status == 200
-    assert [note["body"] for note in body["notes"]] == ["for the newest poll"]
+    assert [note["body"] for note in body["notes"]] == ["for one of the newest"]
+    assert len(waiting_on) == 3
+    assert answered_after_end < ANSWER_WITHIN
+    for i in waiting_on:
+        took, status, body = results[i]
+        assert (status, body["error"]["code"]) == (401, "session_ended")
     assert max(health) < ANSWER_WITHIN
 
 
