@@ -122,6 +122,11 @@ def _session_checked(
     request: HttpRequest, parsed: credentials.ParsedCredential, session: Session | None
 ) -> Session:
     """The live session of a token, ``session`` being the row of its prefix, or None."""
+    if session is None:
+        freed = selectors.freed_token_for_prefix(parsed.prefix)
+        if freed is not None and credentials.matches(parsed.raw, freed.token_hash):
+            # It existed: its session ended and its name was freed. No guess.
+            raise session_ended_refusal(Session.EndReason.ENDED)
     if session is None or not credentials.matches(parsed.raw, session.token_hash):
         raise _unknown(request, "The session token is not known.")
     check_session_live(session)

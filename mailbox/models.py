@@ -232,6 +232,23 @@ class Session(models.Model):
         return self.workspace.project
 
 
+class FreedToken(models.Model):
+    """The digest of a session token whose name was freed, with its session.
+
+    A client retrying such a token is no guesser: it gets ``401
+    session_ended`` every time, and its retries never count against its
+    address as credentials that never existed would (SPEC §2). Kept for
+    ``FREED_TOKENS_KEPT`` after the freeing (``names_free``).
+    """
+
+    token_prefix = models.CharField(max_length=8, unique=True, editable=False)
+    token_hash = models.CharField(max_length=limits.CREDENTIAL_HASH_LENGTH, editable=False)
+    freed_at = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
+
+    def __str__(self) -> str:
+        return self.token_prefix
+
+
 def mcp_session_public_id() -> str:
     return new_public_id("mcp")
 

@@ -29,6 +29,7 @@ from mailbox.models import (
     AuditRecord,
     Conversation,
     CrossProjectOptIn,
+    FreedToken,
     Note,
     Participant,
     Project,
@@ -389,6 +390,12 @@ def credential_rows(
         mcp_session_id=mcp_session_id, project_id=key.project_id
     )
     return CredentialRows(key=key, session=session and session[""])
+
+
+def freed_token_for_prefix(prefix: str) -> FreedToken | None:
+    """A token of a session whose name was freed; looked up only for a token that
+    matched no session."""
+    return FreedToken.objects.filter(token_prefix=prefix).first()
 
 
 def session_connected_of_name(project: Project, *, workspace: str, name: str) -> Session | None:

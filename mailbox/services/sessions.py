@@ -30,7 +30,7 @@ from common.pause import pause_point
 from common.prepared import Prepared, PreparedInsert, PreparedObjects
 from mailbox import credentials, wakeups
 from mailbox.errors import InvalidName, KeyRevoked, NameInUse, NameTaken, WorkspaceNotFound
-from mailbox.models import AgentName, McpSession, Note, ProjectKey, Session, Workspace
+from mailbox.models import AgentName, FreedToken, McpSession, Note, ProjectKey, Session, Workspace
 from mailbox.selectors import open_sessions_of_name_locked
 from mailbox.services.audit import audit_record
 from mailbox.services.delivery import notes_unbind
@@ -345,6 +345,9 @@ def session_touch(session: Session, *, now: datetime | None = None) -> None:
 # session, and one that began before its session ended has finished by then
 # (a long-poll waits 30 s at most).
 _QUIET_MIN_SECONDS = 60
+# How long a freed name's tokens answer session_ended rather than invalid_token
+# (forgotten by the first freeing after that: a look that frees nothing writes nothing).
+FREED_TOKENS_KEPT = timedelta(days=30)
 # How many names one generated start frees at most: more than it takes, so
 # the backlog a burst of connections leaves shrinks with every start.
 NAMES_FREED_PER_START = 20
@@ -406,9 +409,20 @@ def names_free(*, now: datetime | None = None, limit: int = NAMES_FREED_PER_STAR
             AgentName.objects.filter(pk__in=held).update(disposable=False)
         pause_point("names.checked")
         if free:
+            # Their tokens are remembered as tokens that existed (FreedToken).
+            FreedToken.objects.bulk_create(
+                [
+                    FreedToken(token_prefix=prefix, token_hash=digest, freed_at=now)
+                    for prefix, digest in Session.objects.filter(name__in=free).values_list(
+                        "token_prefix", "token_hash"
+                    )
+                ],
+                ignore_conflicts=True,
+            )
             # Its sessions and their MCP session ids go with it (CASCADE); the
             # look above found nothing else that the deletion would touch.
             AgentName.objects.filter(pk__in=free).delete()
+        FreedToken.objects.filter(freed_at__lt=now - FREED_TOKENS_KEPT).delete()
     return len(free)
 
 

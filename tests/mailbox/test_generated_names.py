@@ -20,7 +20,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from mailbox import services
-from mailbox.models import AgentName, Participant, Session
+from mailbox.models import AgentName, FreedToken, Participant, Session
+from mailbox.services.sessions import FREED_TOKENS_KEPT
 from rooms import services as room_services
 from rooms.models import Member
 from tests.conftest import assert_error, client_for
@@ -118,7 +119,24 @@ def test_a_generated_name_whose_session_ended_is_freed_and_drawn_again(key_clien
     assert new.name_id != old.name_id
     assert list(AgentName.objects.values_list("handle", flat=True)) == [SHORT]
     assert list(Session.objects.values_list("pk", flat=True)) == [new.pk]
-    # The old token knows nothing of the new holder: it is simply unknown now.
+    # The old token knows nothing of the new holder: its session ended, and it
+    # says so, as a token that existed (it never counts as a guess).
+    assert_error(client_for(old).get("/api/v1/sessions/current/"), 401, "session_ended")
+
+
+def test_a_freed_names_tokens_are_remembered_for_a_while_then_forgotten(key_client, one_short_name):
+    old = started_session(start(key_client))
+    over(SHORT)
+    freed_at = timezone.now()
+    assert services.names_free(now=freed_at) == 1
+    assert list(FreedToken.objects.values_list("token_prefix", flat=True)) == [old.token_prefix]
+
+    # Forgotten by the first freeing after that.
+    later = started_session(start(key_client))
+    over(later.name.handle)
+    services.names_free(now=freed_at + FREED_TOKENS_KEPT + timedelta(seconds=1))
+
+    assert list(FreedToken.objects.values_list("token_prefix", flat=True)) == [later.token_prefix]
     assert_error(client_for(old).get("/api/v1/sessions/current/"), 401, "invalid_token")
 
 
