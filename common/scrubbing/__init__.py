@@ -17,8 +17,11 @@ idempotent.
 
 False positives are bugs too: hashes, UUIDs, code and prose must survive byte
 for byte. Prefixed token formats are therefore anchored on both sides (glue
-that no token holds, such as ``%3D`` or ``MY_TOKEN_``, does not count), and
-the context-driven rules (assignments, ``Bearer``, URL passwords) only fire on
+that no token holds, such as ``%3D`` or ``MY_TOKEN_``, does not count). A
+token glued to a word in front (``tokenghp_...``) is still one if it stands
+clear behind and, where words end with its prefix (``laughs_``,
+``task_test_``), holds a digit; a glued JWT's header has to decode to JSON.
+The context-driven rules (assignments, ``Bearer``, URL passwords) only fire on
 values that look like a literal, not like a reference, a type or a
 placeholder. Leaks are worse: a value is redacted whole, up to the
 punctuation inside it (``Tr0ub4dor&3``), and a token that a terminal wrapped

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 
 Span = tuple[int, int]
@@ -76,6 +77,8 @@ _AUTH_PROSE_WORDS = frozenset({
 _LINE_LEAD_RE = re.compile(r"[ \t>*#\-\"']*+")
 _LINE_END_RE = re.compile(r"[ \t]*+(?:[\r\n#]|\Z)")
 _HEADER_END_RE = re.compile(r"[ \t]*+(?:[\r\n\"'`\\]|\Z)")
+# What may follow a token that was glued to a word in front: no more of a token.
+_CLEAR_BEHIND_RE = re.compile(r"(?![A-Za-z0-9_-])")
 # An encoded "&" or blank ends a percent-encoded value.
 _ENCODED_SEPARATOR_RE = re.compile(r"%(?:26|20|2[Cc]|3[Bb])")
 
@@ -364,6 +367,38 @@ def refine_url_password(match: re.Match[str], span: Span) -> Span | None:
     """
     value = match.string[span[0] : span[1]]
     return None if _is_template(value) else span
+
+
+def glue_any(text: str, span: Span) -> bool:
+    """A prefix that no word holds (plumb_key_, glpat-, AKIA...): glued in front, still a token.
+
+    It has to stand clear behind, though: glued on both sides, it is more
+    likely the inside of a longer identifier or of a base64url blob.
+    """
+    return _CLEAR_BEHIND_RE.match(text, span[1]) is not None
+
+
+def glue_random(text: str, span: Span) -> bool:
+    """A prefix that words end with (laughs_, task_test_, xoxo-): glued, it needs a digit too.
+
+    Random token bodies of twenty characters or more hold a digit in all but
+    a few cases in a thousand; the names and words that end in such a prefix
+    seldom do.
+    """
+    value = text[span[0] : span[1]]
+    return glue_any(text, span) and any(ch.isdigit() for ch in value)
+
+
+def glue_jwt(text: str, span: Span) -> bool:
+    """A JWT glued to a word: only if its header is base64url of a JSON object, as JOSE has it."""
+    if not glue_any(text, span):
+        return False
+    header = text[span[0] : text.find(".", span[0], span[1])]
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(decoded, dict)
 
 
 def refine_keep(match: re.Match[str], span: Span) -> Span | None:

@@ -733,6 +733,10 @@ def test_generated_plumb_credentials_are_always_redacted() -> None:
         "curl -u a:" * 1638,
         "a@" * 8192,
         ":" * 16384,
+        "tokenghp_" * 1820,
+        ("aghp_" + "a1" * 20 + "_") * 350,
+        "xeyJaaaaa." * 1638,
+        "1xoxb-" * 2730,
     ],
     ids=lambda body: repr(body[:12]),
 )

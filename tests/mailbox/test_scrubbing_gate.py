@@ -35,6 +35,7 @@ from tests.mailbox.test_scrubbing import (
     SECRETS,
     STRIPE_WEBHOOK,
 )
+from tests.mailbox.test_scrubbing_glue import GLUED, NEAR_MISSES
 
 TYPICAL = (
     "Round 3 is green on SQLite and PostgreSQL. I moved the flaky import test behind the slow "
@@ -170,6 +171,8 @@ CORPUS = [
     *CLEAN,
     "\n".join(line for _, line, _ in SECRETS),
     *MATCHED_AT_THE_START,
+    *(line for _, line, _ in GLUED),
+    *NEAR_MISSES,
 ]
 
 
