@@ -77,6 +77,11 @@ _AUTH_PROSE_WORDS = frozenset({
 _LINE_LEAD_RE = re.compile(r"[ \t>*#\-\"']*+")
 _LINE_END_RE = re.compile(r"[ \t]*+(?:[\r\n#]|\Z)")
 _HEADER_END_RE = re.compile(r"[ \t]*+(?:[\r\n\"'`\\]|\Z)")
+# What follows the password of "sshpass -p PASSWORD" on a command line: the
+# command sshpass runs, one of its flags, or the end of the line.
+_SSHPASS_COMMAND_RE = re.compile(
+    r"[ \t]*+(?:[\r\n;&|]|\Z)|[ \t]++(?:-|(?:ssh|scp|sftp|rsync|ssh-copy-id|git|ansible\S*+)(?!\S))"
+)
 # What may follow a token that was glued to a word in front: no more of a token.
 _CLEAR_BEHIND_RE = re.compile(r"(?![A-Za-z0-9_-])")
 # An encoded "&" or blank ends a percent-encoded value.
@@ -353,6 +358,27 @@ def refine_mysql_password(match: re.Match[str], span: Span) -> Span | None:
         return None
     text = match.string
     return None if _is_placeholder(text[span[0] : span[1]]) else span
+
+
+def refine_sshpass(match: re.Match[str], span: Span) -> Span | None:
+    """``sshpass -p VALUE``: a password, whatever it looks like, if a command follows it.
+
+    A bare plain word is also what prose puts after the flag ("sshpass -p is
+    insecure"), so it counts only where the command line goes on with the
+    command sshpass runs (``ssh``, ``scp``, a flag) or ends.
+    """
+    text = match.string
+    bare = match.start("secret_bare") != -1
+    if bare:
+        span = _strip_trailing_punctuation(text, span)
+    value = text[span[0] : span[1]]
+    if not value or _is_placeholder(value):
+        return None
+    if not bare or _is_literal_secret(value, bare=True, env_style=False):
+        return span
+    if value.lower() in _PROSE_WORDS:
+        return None
+    return span if _SSHPASS_COMMAND_RE.match(text, span[1]) else None
 
 
 def refine_literal(match: re.Match[str], span: Span) -> Span | None:

@@ -29,6 +29,7 @@ from common.scrubbing.refine import (
     refine_mysql_password,
     refine_password_assignment,
     refine_password_flag,
+    refine_sshpass,
     refine_url_password,
     secret_span,
 )
@@ -207,6 +208,14 @@ def _xml_anchors(endings: tuple[str, ...]) -> tuple[str, ...]:
 _SQL_NETRC_PASSWORD = re.compile(
     r"(?i:\bwith[ \t]+(?:encrypted[ \t]+)?password|\bidentified[ \t]+by"
     r"|\blogin[ \t]+[^\s]++[ \t]+password)[ \t]+"
+    r"(?:\"(?P<secret_dq>[^\"\n]*+)\"|'(?P<secret_sq>[^'\n]*+)'"
+    r"|(?P<secret_bare>" + _BARE + r"))"
+)
+
+# sshpass -p PASSWORD ssh ...; flags without a value (-v) may come first.
+# The look-behind follows the literal, so the search skips to each "sshpass".
+_SSHPASS = re.compile(
+    r"sshpass(?<![\w-]sshpass)(?:[ \t]++-(?!p)[^\s-]\S*+)*+[ \t]++-p[ \t]*+"
     r"(?:\"(?P<secret_dq>[^\"\n]*+)\"|'(?P<secret_sq>[^'\n]*+)'"
     r"|(?P<secret_bare>" + _BARE + r"))"
 )
@@ -403,6 +412,13 @@ RULES: tuple[Rule, ...] = (
         anchors=(r"SG\.",),
         wraps=True,
     ),
+    # Twilio API key SID: SK + 32 lower-case hex digits.
+    Rule(
+        "twilio_api_key",
+        re.compile(_token_start("SK", word_glue=False) + r"[0-9a-f]{32}" + _E),
+        # The whole token: "SK" alone starts too many words to be worth a search.
+        anchors=(r"SK[0-9a-f]{32}",),
+    ),
     # AWS access key id: AKIA (long-term), ASIA (STS), ABIA, ACCA + 16 upper alnum.
     Rule(
         "aws_access_key_id",
@@ -441,6 +457,32 @@ RULES: tuple[Rule, ...] = (
         ),
         # Both key spellings end in secret[_access]_key; then the operator.
         folded_anchors=(r"secret(?:[_.-]?access)?[_.-]?key(?:\\?[\"'])?[ \t]*[:=]",),
+    ),
+    # The same key without its name, pasted next to its key id: aws configure's
+    # prompts, the console's CSV, "AKIA...:secret". It is the first run of
+    # exactly 40 base64 characters after the id, on its line or the next, that
+    # mixes both cases with a digit, "/" or "+" (a git SHA does not); its own
+    # line first. Bounded gaps keep the search after each id short.
+    Rule(
+        "aws_secret_access_key",
+        re.compile(
+            _AWS_KEY_ID_PREFIX + r"[A-Z0-9]{16}(?![A-Za-z0-9])"
+            r"(?:[^\r\n]{0,100}?\r?\n)??[^\r\n]{0,100}?(?<![A-Za-z0-9/+])"
+            r"(?P<secret>(?=[A-Za-z0-9/+]{0,39}?[A-Z])(?=[A-Za-z0-9/+]{0,39}?[a-z])"
+            r"(?=[A-Za-z]{0,39}[0-9/+])[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+        ),
+        anchors=(_AWS_KEY_ID_PREFIX,),
+    ),
+    # Azure storage account key (AccountKey=... in a connection string,
+    # AZURE_STORAGE_ACCOUNT_KEY, --account-key): 64 bytes of base64. Only a
+    # long base64 value counts, not a placeholder or a reference.
+    Rule(
+        "azure_storage_key",
+        re.compile(
+            r"(?i:account[_.-]?key)(?:\\?[\"'])?(?:[ \t]*(?::=|=>|=|:)|[ \t])[ \t]*(?:\\?[\"'])?"
+            r"(?P<secret>[A-Za-z0-9+/]{40,}+={0,2})(?![A-Za-z0-9+/=])"
+        ),
+        folded_anchors=(r"account[_.-]?key(?:\\?[\"'])?[ \t]*[:= \t]",),
     ),
     # scheme://user:password@host: only the password is redacted, the user
     # and host stay readable. The password runs to the last @ of the authority,
@@ -522,6 +564,13 @@ RULES: tuple[Rule, ...] = (
         # looks at the character before "-p"), so the search skips from one
         # "-p" to the next instead of trying every position.
         anchors=(r"-p(?<!\S-p)",),
+    ),
+    # sshpass -p VALUE, sshpass -pVALUE: the password on the command line.
+    Rule(
+        "password_assignment",
+        _SSHPASS,
+        refine_sshpass,
+        anchors=(r"sshpass[ \t]",),
     ),
     # The same for api_key=, client_secret:, SECRET_KEY=, access_token=, ...
     Rule(

@@ -36,6 +36,7 @@ from tests.mailbox.test_scrubbing import (
     STRIPE_WEBHOOK,
 )
 from tests.mailbox.test_scrubbing_glue import GLUED, NEAR_MISSES
+from tests.mailbox.test_scrubbing_pairs import PAIR_NEAR_MISSES, PAIRS
 
 TYPICAL = (
     "Round 3 is green on SQLite and PostgreSQL. I moved the flaky import test behind the slow "
@@ -173,6 +174,8 @@ CORPUS = [
     *MATCHED_AT_THE_START,
     *(line for _, line, _ in GLUED),
     *NEAR_MISSES,
+    *(body for body, _ in PAIRS),
+    *PAIR_NEAR_MISSES,
 ]
 
 
