@@ -32,12 +32,17 @@ boundary, and its repeats are possessive or run over a class that cannot match
 what follows them, so a 16 KB body is scanned in near-linear time with no
 catastrophic backtracking.
 
+Secrets disguised with fullwidth letters or zero-width characters are found
+in a folded view of the body (NFKC, invisible characters left out), which is
+only read: the stored text is the body with the secrets' own characters
+replaced (``lookalikes.py``).
+
 Most bodies hold no secret, so ``scrub`` first asks the prefilter whether any
 rule can match at all (``prefilter.py``) and runs the table only if so;
 ``scrub_full`` always runs it. The package splits the rule table
 (``rules.py``) from the checks that tell a literal secret from a reference or
-a placeholder (``refine.py``) and from the joining of wrapped tokens
-(``wrap.py``).
+a placeholder (``refine.py``), from the joining of wrapped tokens
+(``wrap.py``) and from the folded view (``lookalikes.py``).
 """
 
 from __future__ import annotations
@@ -45,12 +50,14 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from common.scrubbing import lookalikes
 from common.scrubbing.prefilter import Prefilter
 from common.scrubbing.refine import Span
-from common.scrubbing.rules import RULES
-from common.scrubbing.wrap import Unwrapper
+from common.scrubbing.rules import RULES, Rule
+from common.scrubbing.wrap import Site, Unwrapper
 
 __all__ = ["ScrubResult", "scrub", "scrub_full"]
 
@@ -78,6 +85,47 @@ def _overlaps(taken: list[Span], span: Span) -> bool:
     return index > 0 and taken[index - 1][1] > span[0]
 
 
+def _spans(index: int, rule: Rule, text: str, sites: Sequence[Site]) -> Iterator[Span]:
+    """The non-empty spans that rule ``index`` redacts in ``text``, in order of preference."""
+    # A token cut by a line break first: its first line alone may also match
+    # (a fine-grained GitHub token), and must not win.
+    wrapped = _UNWRAPPER.spans(index, text, sites) if rule.wraps and sites else ()
+    plain = (rule.span(match) for match in rule.pattern.finditer(text))
+    for span in itertools.chain(wrapped, plain):
+        if span is not None and span[0] < span[1]:
+            yield span
+
+
+def _claim_folded(taken: list[Span], claimed: list[Span], span: Span) -> None:
+    """Claim a span that a rule found in the folded view, joined with its own overlapping ones.
+
+    The body and its view may end one secret at different places (a fullwidth
+    quote ends a bare value only in the view, a zero-width space ends a token
+    only in the body), so the two spans are joined: no part of either is left.
+    ``taken`` and ``claimed`` (the rule's own spans) are sorted and disjoint.
+    """
+    start, end = span
+    first = bisect.bisect_left(claimed, span)
+    if first > 0 and claimed[first - 1][1] > start:
+        first -= 1
+    last = first
+    while last < len(claimed) and claimed[last][0] < end:
+        last += 1
+    joined = claimed[first:last]
+    if joined:
+        start, end = min(start, joined[0][0]), max(end, joined[-1][1])
+        if joined == [(start, end)]:
+            return
+    for old in joined:
+        taken.remove(old)
+    if _overlaps(taken, (start, end)):
+        for old in joined:
+            bisect.insort(taken, old)
+        return
+    bisect.insort(taken, (start, end))
+    claimed[first:last] = [(start, end)]
+
+
 def _find(text: str) -> list[tuple[int, int, str]]:
     """One pass of the rule table: disjoint ``(start, end, kind)`` spans, sorted."""
     # Markers already in the text claim their span, so a redaction is never
@@ -85,16 +133,18 @@ def _find(text: str) -> list[tuple[int, int, str]]:
     taken: list[Span] = [marker.span() for marker in _MARKER_RE.finditer(text)]
     found: list[tuple[int, int, str]] = []
     sites = _UNWRAPPER.find_sites(text)
+    folded = lookalikes.view(text)
+    folded_sites = _UNWRAPPER.find_sites(folded.text) if folded is not None else []
     for index, rule in enumerate(RULES):
-        # A token cut by a line break first: its first line alone may also
-        # match (a fine-grained GitHub token), and must not win.
-        wrapped = _UNWRAPPER.spans(index, text, sites) if rule.wraps and sites else ()
-        plain = (rule.span(match) for match in rule.pattern.finditer(text))
-        for span in itertools.chain(wrapped, plain):
-            if span is None or span[0] >= span[1] or _overlaps(taken, span):
-                continue
-            bisect.insort(taken, span)
-            found.append((span[0], span[1], rule.kind))
+        claimed: list[Span] = []
+        for span in _spans(index, rule, text, sites):
+            if not _overlaps(taken, span):
+                bisect.insort(taken, span)
+                bisect.insort(claimed, span)
+        if folded is not None:
+            for span in _spans(index, rule, folded.text, folded_sites):
+                _claim_folded(taken, claimed, folded.to_body(span))
+        found.extend((start, end, rule.kind) for start, end in claimed)
     found.sort()
     return found
 
@@ -128,10 +178,13 @@ def scrub(text: str) -> ScrubResult:
     """Replace each secret in ``text`` with ``[REDACTED:<kind>]``; see ``scrub_full``.
 
     The same result as ``scrub_full``, found faster for a body in which no
-    rule's pattern can match: that body comes back unchanged at once.
+    rule's pattern can match, in the body or in its folded view: that body
+    comes back unchanged at once.
     """
     if not _PREFILTER.may_match(text):
-        return ScrubResult(text=text, scrubbed=[])
+        folded = lookalikes.view(text)
+        if folded is None or not _PREFILTER.may_match(folded.text):
+            return ScrubResult(text=text, scrubbed=[])
     return scrub_full(text)
 
 

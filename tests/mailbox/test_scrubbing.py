@@ -783,6 +783,10 @@ def test_generated_plumb_credentials_are_always_redacted() -> None:
         "accountkey " + "A1a+" * 4093,
         "sshpass -v" * 1638,
         "sshpass -p " * 1489,
+        "\uff47\uff48\uff50\uff3f" * 1365,
+        "a\u200b" * 4096,
+        "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44\uff1d" * 606,
+        ("\U0001f468\u200d" + "\ufe0f") * 1638,
     ],
     ids=lambda body: repr(body[:12]),
 )

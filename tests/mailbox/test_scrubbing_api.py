@@ -1,5 +1,8 @@
 """Secret scrubbing through the HTTP API (SPEC 3.5): what leaked in issue 23 stays out.
 
+Tokens glued to a word, and tokens in fullwidth letters or with zero-width
+characters inside.
+
 Each secret is posted as a note body, a room message, a room's title and topic
 and a display name; the response reports its kind and no row holds it.
 """
@@ -12,6 +15,7 @@ from rooms.models import Event, Member, Message, Room
 from tests.conftest import client_for
 from tests.mailbox.test_scrubbing_glue import GITHUB_GLUED
 from tests.mailbox.test_scrubbing_glue import GLUED as GLUED_LINES
+from tests.mailbox.test_scrubbing_lookalikes import FW_GITHUB, ZW_GITHUB
 
 pytestmark = pytest.mark.django_db
 
@@ -21,6 +25,8 @@ ROOMS = "/api/v1/rooms/"
 # (kind, text, secret): texts short enough for a room title.
 LEAKS = [
     ("github_token", f"bot: token{GITHUB_GLUED}", GITHUB_GLUED),
+    ("github_token", f"bot: {ZW_GITHUB}", ZW_GITHUB),
+    ("github_token", f"bot: {FW_GITHUB}", FW_GITHUB),
     *((kind, line, secret) for kind, line, secret in GLUED_LINES if line.startswith("abc")),
 ]
 

@@ -36,6 +36,7 @@ from tests.mailbox.test_scrubbing import (
     STRIPE_WEBHOOK,
 )
 from tests.mailbox.test_scrubbing_glue import GLUED, NEAR_MISSES
+from tests.mailbox.test_scrubbing_lookalikes import DISGUISED, NOT_DISGUISED
 from tests.mailbox.test_scrubbing_pairs import PAIR_NEAR_MISSES, PAIRS
 
 TYPICAL = (
@@ -176,6 +177,8 @@ CORPUS = [
     *NEAR_MISSES,
     *(body for body, _ in PAIRS),
     *PAIR_NEAR_MISSES,
+    *(line for _, line, _ in DISGUISED),
+    *NOT_DISGUISED,
 ]
 
 
@@ -208,6 +211,29 @@ def test_random_bodies_scrub_the_same_with_and_without_the_prefilter() -> None:
         assert scrub(body) == full, body
         redacted += bool(full.scrubbed)
     # Enough of them hold a secret for a wrongly skipped body to show up.
+    assert redacted >= 50
+
+
+def test_random_bodies_in_look_alike_characters_scrub_the_same_with_and_without_the_prefilter():
+    # Some characters fullwidth, zero-width ones between some others: the
+    # prefilter has to look at the folded view to let these through.
+    redacted = 0
+    for seed, body in enumerate(RANDOM_BODIES):
+        rng = random.Random(seed)
+        chars = []
+        for char in body:
+            roll = rng.random()
+            if "!" <= char <= "~" and roll < 0.3:
+                chars.append(chr(ord(char) + 0xFEE0))
+            else:
+                chars.append(char)
+            if roll > 0.9:
+                chars.append(rng.choice(["\u200b", "\u200d", "\u2060", "\ufeff", "\u00ad"]))
+        disguised = "".join(chars)
+        full = scrub_full(disguised)
+
+        assert scrub(disguised) == full, disguised
+        redacted += bool(full.scrubbed)
     assert redacted >= 50
 
 
