@@ -372,7 +372,7 @@ def refine_sshpass(match: re.Match[str], span: Span) -> Span | None:
     if bare:
         span = _strip_trailing_punctuation(text, span)
     value = text[span[0] : span[1]]
-    if not value or _is_placeholder(value):
+    if _is_placeholder(value):
         return None
     if not bare or _is_literal_secret(value, bare=True, env_style=False):
         return span
@@ -407,9 +407,10 @@ def glue_any(text: str, span: Span) -> bool:
 def glue_random(text: str, span: Span) -> bool:
     """A prefix that words end with (laughs_, task_test_, xoxo-): glued, it needs a digit too.
 
-    Random token bodies of twenty characters or more hold a digit in all but
-    a few cases in a thousand; the names and words that end in such a prefix
-    seldom do.
+    The names and words that end in such a prefix seldom hold one. A random
+    body of 36 letters and digits (GitHub, npm) lacks one about twice in a
+    thousand, longer ones (Anthropic) less often, and Slack's and Stripe's
+    carry digits by format.
     """
     value = text[span[0] : span[1]]
     return glue_any(text, span) and any(ch.isdigit() for ch in value)
