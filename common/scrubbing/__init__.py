@@ -27,10 +27,16 @@ placeholder. Leaks are worse: a value is redacted whole, up to the
 punctuation inside it (``Tr0ub4dor&3``), and a token that a terminal wrapped
 onto two lines is joined again (``wrap.py``).
 
+Tokens pasted back to back (``ghp_...ghp_...``, a JWT and then a token) are
+two secrets, though each token's pattern runs on into the next one. Such a run
+is cut where the next token starts, and the rules read the body with a blank
+there (``runs.py``), so each token is redacted whole and counted.
+
 Every rule starts at a literal (a prefix, a keyword, ``://``) or a token
 boundary, and its repeats are possessive or run over a class that cannot match
 what follows them, so a 16 KB body is scanned in near-linear time with no
-catastrophic backtracking.
+catastrophic backtracking. Cutting a run reads each stretch between two
+prefixes a bounded number of times.
 
 Secrets disguised with fullwidth letters or zero-width characters are found
 in a folded view of the body (NFKC, invisible characters left out), which is
@@ -42,7 +48,8 @@ rule can match at all (``prefilter.py``) and runs the table only if so;
 ``scrub_full`` always runs it. The package splits the rule table
 (``rules.py``) from the checks that tell a literal secret from a reference or
 a placeholder (``refine.py``), from the joining of wrapped tokens
-(``wrap.py``) and from the folded view (``lookalikes.py``).
+(``wrap.py``), from the cutting of glued runs (``runs.py``) and from the
+folded view (``lookalikes.py``).
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from common.scrubbing import lookalikes
+from common.scrubbing import lookalikes, runs
 from common.scrubbing.prefilter import Prefilter
 from common.scrubbing.refine import Span
 from common.scrubbing.rules import RULES, Rule
@@ -75,6 +82,7 @@ class ScrubResult:
 
 _PREFILTER = Prefilter(RULES)
 _UNWRAPPER = Unwrapper(RULES)
+_RUNS = runs.Runs(RULES)
 
 
 def _overlaps(taken: list[Span], span: Span) -> bool:
@@ -128,12 +136,29 @@ def _claim_folded(taken: list[Span], claimed: list[Span], span: Span) -> None:
 
 def _find(text: str) -> list[tuple[int, int, str]]:
     """One pass of the rule table: disjoint ``(start, end, kind)`` spans, sorted."""
+    folded = lookalikes.view(text)
+    cuts = _RUNS.cuts(text)
+    if folded is not None:
+        # A run in disguise is cut in the view, so in front of the body's
+        # character that the view's cut came from.
+        folded_cuts = (folded.origins[cut] for cut in _RUNS.cuts(folded.text))
+        cuts = sorted({*cuts, *folded_cuts})
+    if not cuts:
+        return _find_in(text, folded)
+    split = runs.split(text, cuts)
+    return [
+        (split.to_body(start), split.to_body(end), kind)
+        for start, end, kind in _find_in(split.text, lookalikes.view(split.text))
+    ]
+
+
+def _find_in(text: str, folded: lookalikes.View | None) -> list[tuple[int, int, str]]:
+    """``_find`` on ``text``, whose folded view is ``folded``."""
     # Markers already in the text claim their span, so a redaction is never
     # nested in or reported over another one.
     taken: list[Span] = [marker.span() for marker in _MARKER_RE.finditer(text)]
     found: list[tuple[int, int, str]] = []
     sites = _UNWRAPPER.find_sites(text)
-    folded = lookalikes.view(text)
     folded_sites = _UNWRAPPER.find_sites(folded.text) if folded is not None else []
     for index, rule in enumerate(RULES):
         claimed: list[Span] = []

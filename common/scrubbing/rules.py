@@ -60,6 +60,14 @@ class Rule:
     # is one, given the text and its span; ``_token_start(..., glue=True)``
     # marks such a match. Without it, a glued match is dropped.
     glue: Callable[[str, Span], bool] | None = None
+    # What every token of a prefixed format starts with (a regex): where a
+    # token pasted right behind another one begins (``common.scrubbing.runs``).
+    # ``prefix_in_bodies``: whether random token bodies hold the prefix and a
+    # whole token behind it now and then (sk- and hf_, three characters before
+    # a plain run); such a token is cut off from one in front only where that
+    # one cannot take it in as its own.
+    prefix: str | None = None
+    prefix_in_bodies: bool = False
 
     @cached_property
     def compiled_anchors(self) -> tuple[re.Pattern[str], ...]:
@@ -263,6 +271,7 @@ RULES: tuple[Rule, ...] = (
         wraps=True,
         full_length=_PLUMB_CREDENTIAL_LENGTH,
         glue=glue_any,
+        prefix="plumb_key_",
     ),
     # plumb session token: plumb_tok_ + 8 [a-z0-9] + _ + 43 base64url.
     Rule(
@@ -272,6 +281,7 @@ RULES: tuple[Rule, ...] = (
         wraps=True,
         full_length=_PLUMB_CREDENTIAL_LENGTH,
         glue=glue_any,
+        prefix="plumb_tok_",
     ),
     # Anthropic: sk-ant-api03-..., sk-ant-admin01-..., sk-ant-sid01-...
     Rule(
@@ -280,6 +290,7 @@ RULES: tuple[Rule, ...] = (
         anchors=(r"sk-ant-",),
         wraps=True,
         glue=glue_random,
+        prefix="sk-ant-",
     ),
     # OpenAI: legacy sk- + 48 alnum, sk-proj-..., sk-svcacct-..., sk-admin-...
     Rule(
@@ -288,6 +299,8 @@ RULES: tuple[Rule, ...] = (
         refine_mixed_case,
         anchors=(r"sk-",),
         wraps=True,
+        prefix="sk-",
+        prefix_in_bodies=True,
     ),
     # GitHub classic: ghp_ (personal), gho_ (OAuth), ghu_ (user-to-server),
     # ghs_ (server-to-server), ghr_ (refresh) + 36 alnum.
@@ -298,6 +311,7 @@ RULES: tuple[Rule, ...] = (
         wraps=True,
         # Words end in "ghs" ("laughs_totalCountForTheCurrentUserSession").
         glue=glue_random,
+        prefix="gh[pousr]_",
     ),
     # GitHub fine-grained PATs: github_pat_ + 22 alnum + _ + 59 alnum.
     Rule(
@@ -307,6 +321,7 @@ RULES: tuple[Rule, ...] = (
         wraps=True,
         full_length=93,
         glue=glue_any,
+        prefix="github_pat_",
     ),
     # GitLab: glpat- (personal/project/group), gldt- (deploy), glptt-
     # (pipeline trigger), glrt- (runner), gloas- (OAuth secret), glcbt- (CI
@@ -325,6 +340,7 @@ RULES: tuple[Rule, ...] = (
         anchors=(_GITLAB_PREFIX, r"GR1348941"),
         wraps=True,
         glue=glue_any,
+        prefix=_GITLAB_PREFIX + "|GR1348941",
     ),
     # Slack: xoxb- (bot), xoxp- (user), xoxa-/xoxr- (app/refresh), xoxs-,
     # xoxo-, xoxe-; xapp-1-... app-level tokens; incoming webhook URLs, which
@@ -342,6 +358,7 @@ RULES: tuple[Rule, ...] = (
         wraps=True,
         # "hugsxoxo-see-you-at-the-station" is a sign-off, not a token.
         glue=glue_random,
+        prefix=_SLACK_PREFIX + "|xapp-",
     ),
     # Stripe secret (sk_live_/sk_test_) and restricted (rk_live_/rk_test_)
     # keys, and webhook signing secrets (whsec_). Publishable pk_ keys are
@@ -360,6 +377,7 @@ RULES: tuple[Rule, ...] = (
         wraps=True,
         # Test names glue words to "sk_test_" ("task_test_handlesEmptyQueueGracefully").
         glue=glue_random,
+        prefix=r"[sr]k_(?:live|test)_|whsec_",
     ),
     # Google API key: AIza + 35 base64url.
     Rule(
@@ -368,6 +386,7 @@ RULES: tuple[Rule, ...] = (
         anchors=(r"AIza",),
         wraps=True,
         glue=glue_any,
+        prefix="AIza",
     ),
     # Google OAuth 2.0 access token: ya29. + base64url, ya29.c. for service
     # accounts; it is a bearer credential for an hour, whatever header it is in.
@@ -379,6 +398,7 @@ RULES: tuple[Rule, ...] = (
         anchors=(r"ya29\.",),
         wraps=True,
         glue=glue_any,
+        prefix=r"ya29\.",
     ),
     # npm access token: npm_ + 36 alnum.
     Rule(
@@ -388,6 +408,7 @@ RULES: tuple[Rule, ...] = (
         wraps=True,
         # "pnpm_" starts names too.
         glue=glue_random,
+        prefix="npm_",
     ),
     # PyPI API token: pypi- + a macaroon, base64 starting AgE (AgEIcHlwaS5vcmc
     # for pypi.org, AgENdGVzdC5weXBpLm9yZw for TestPyPI).
@@ -397,6 +418,7 @@ RULES: tuple[Rule, ...] = (
         anchors=(r"pypi-AgE",),
         wraps=True,
         glue=glue_any,
+        prefix="pypi-AgE",
     ),
     # Hugging Face user access token: hf_ + 34 letters.
     Rule(
@@ -404,6 +426,8 @@ RULES: tuple[Rule, ...] = (
         re.compile(_token_start("hf_", word_glue=False) + r"[A-Za-z0-9]{34,}+" + _E),
         anchors=(r"hf_",),
         wraps=True,
+        prefix="hf_",
+        prefix_in_bodies=True,
     ),
     # SendGrid API key: SG. + 22 + . + 43 base64url.
     Rule(
@@ -411,6 +435,7 @@ RULES: tuple[Rule, ...] = (
         re.compile(_token_start(r"SG\.") + r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _E),
         anchors=(r"SG\.",),
         wraps=True,
+        prefix=r"SG\.",
     ),
     # Twilio API key SID: SK + 32 lower-case hex digits.
     Rule(
@@ -418,6 +443,7 @@ RULES: tuple[Rule, ...] = (
         re.compile(_token_start("SK", word_glue=False) + r"[0-9a-f]{32}" + _E),
         # The whole token: "SK" alone starts too many words to be worth a search.
         anchors=(r"SK[0-9a-f]{32}",),
+        prefix=r"SK[0-9a-f]{32}",
     ),
     # AWS access key id: AKIA (long-term), ASIA (STS), ABIA, ACCA + 16 upper alnum.
     Rule(
@@ -430,6 +456,7 @@ RULES: tuple[Rule, ...] = (
         wraps=True,
         # Not glue_random: ids are base32, and one in 30 has no digit.
         glue=glue_any,
+        prefix=_AWS_KEY_ID_PREFIX,
     ),
     # JWT (JWS compact form): base64url header starting eyJ ({"), payload and
     # signature, dot-separated. A single eyJ... segment is plain base64 JSON.
@@ -443,6 +470,7 @@ RULES: tuple[Rule, ...] = (
         wraps=True,
         # Dotted names hold "eyJ" too: hockeyJersey.number.displayValue.
         glue=glue_jwt,
+        prefix="eyJ",
     ),
     # AWS secret access key: 40 base64 characters, recognised only in an
     # assignment (aws_secret_access_key = ..., AWS_SECRET_ACCESS_KEY: ...,

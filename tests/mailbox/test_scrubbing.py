@@ -787,6 +787,12 @@ def test_generated_plumb_credentials_are_always_redacted() -> None:
         "a\u200b" * 4096,
         "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44\uff1d" * 606,
         ("\U0001f468\u200d" + "\ufe0f") * 1638,
+        (GITHUB_CLASSIC + STRIPE_LIVE + GITLAB_PAT + JWT_HS256 + HUGGING_FACE) * 54,
+        "xoxb-" * 3276,
+        "eyJhbGci.eyJzdWIi.T8u5mM9sZZ" * 585,
+        ("ghp_" + "a1" * 17 + "b") * 420,
+        (GITHUB_CLASSIC + "hf_") * 381,
+        ("x" + AWS_KEY_ID + "sk-" + "Ab1" * 7) * 358,
     ],
     ids=lambda body: repr(body[:12]),
 )

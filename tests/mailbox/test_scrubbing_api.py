@@ -1,7 +1,7 @@
 """Secret scrubbing through the HTTP API (SPEC 3.5): what leaked in issue 23 stays out.
 
-Tokens glued to a word, and tokens in fullwidth letters or with zero-width
-characters inside.
+Tokens glued to a word or to each other, and tokens in fullwidth letters or
+with zero-width characters inside.
 
 Each secret is posted as a note body, a room message, a room's title and topic
 and a display name; the response reports its kind and no row holds it.
@@ -13,6 +13,7 @@ from common import limits
 from mailbox.models import Note
 from rooms.models import Event, Member, Message, Room
 from tests.conftest import client_for
+from tests.mailbox.test_scrubbing import GITHUB_CLASSIC, GITLAB_DEPLOY, GITLAB_PAT, STRIPE_LIVE
 from tests.mailbox.test_scrubbing_glue import GITHUB_GLUED
 from tests.mailbox.test_scrubbing_glue import GLUED as GLUED_LINES
 from tests.mailbox.test_scrubbing_lookalikes import FW_GITHUB, ZW_GITHUB
@@ -84,3 +85,24 @@ def test_a_room_title_topic_display_name_and_message_are_stored_without_the_secr
     assert not any(tail in value for row in rows for value in row)
     for reply in (created, sent):
         assert tail not in reply.content.decode()
+
+
+def test_tokens_pasted_back_to_back_are_each_stored_and_reported_as_redacted(alice, bob):
+    tokens = [GITHUB_GLUED, GITHUB_CLASSIC, STRIPE_LIVE, GITLAB_PAT, GITLAB_DEPLOY]
+    text = "bot: token" + "".join(tokens)
+
+    response = client_for(alice).post(NOTES, {"to": "bob", "body": text}, format="json")
+
+    assert response.status_code == 201, response.content
+    assert response.json()["scrubbed"] == [
+        {"kind": "github_token", "count": 2},
+        {"kind": "stripe_key", "count": 1},
+        {"kind": "gitlab_token", "count": 2},
+    ]
+    assert response.json()["note"]["body"] == (
+        "bot: token[REDACTED:github_token][REDACTED:github_token][REDACTED:stripe_key]"
+        "[REDACTED:gitlab_token][REDACTED:gitlab_token]"
+    )
+    for token in tokens:
+        assert not Note.objects.filter(body__contains=token[-12:]).exists()
+        assert token[-12:] not in response.content.decode()

@@ -38,6 +38,7 @@ from tests.mailbox.test_scrubbing import (
 from tests.mailbox.test_scrubbing_glue import GLUED, NEAR_MISSES
 from tests.mailbox.test_scrubbing_lookalikes import DISGUISED, NOT_DISGUISED
 from tests.mailbox.test_scrubbing_pairs import PAIR_NEAR_MISSES, PAIRS
+from tests.mailbox.test_scrubbing_runs import NOT_RUNS, RUN_BODIES
 
 TYPICAL = (
     "Round 3 is green on SQLite and PostgreSQL. I moved the flaky import test behind the slow "
@@ -179,6 +180,8 @@ CORPUS = [
     *PAIR_NEAR_MISSES,
     *(line for _, line, _ in DISGUISED),
     *NOT_DISGUISED,
+    *RUN_BODIES,
+    *NOT_RUNS,
 ]
 
 
@@ -252,6 +255,23 @@ def test_every_match_of_every_rule_passes_through_one_of_its_anchors() -> None:
     # Each anchor of each rule met a match, so the bodies above reach them all.
     declared = {(i, a) for i, rule in enumerate(RULES) for a in rule.anchors + rule.folded_anchors}
     assert declared - used == set()
+
+
+def test_every_token_of_a_prefixed_rule_starts_with_its_prefix() -> None:
+    # Runs of glued tokens are cut where a prefix starts (common.scrubbing.runs).
+    matched: set[str] = set()
+    for rule in RULES:
+        if rule.prefix is None:
+            continue
+        prefix = re.compile(rule.prefix)
+        for body in CORPUS + EDGE_CASES + RANDOM_BODIES:
+            for match in rule.pattern.finditer(body):
+                # Slack's webhook URLs are no token to paste back to back.
+                if match.group().startswith("https://"):
+                    continue
+                assert prefix.match(body, match.start()), (rule.kind, match.group())
+                matched.add(rule.prefix)
+    assert matched == {rule.prefix for rule in RULES if rule.prefix is not None}
 
 
 def test_every_rule_has_anchors_so_the_prefilter_is_on() -> None:
