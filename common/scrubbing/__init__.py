@@ -17,24 +17,39 @@ idempotent.
 
 False positives are bugs too: hashes, UUIDs, code and prose must survive byte
 for byte. Prefixed token formats are therefore anchored on both sides (glue
-that no token holds, such as ``%3D`` or ``MY_TOKEN_``, does not count), and
-the context-driven rules (assignments, ``Bearer``, URL passwords) only fire on
+that no token holds, such as ``%3D`` or ``MY_TOKEN_``, does not count). A
+token glued to a word in front (``tokenghp_...``) is still one if it stands
+clear behind and, where words end with its prefix (``laughs_``,
+``task_test_``), holds a digit; a glued JWT's header has to decode to JSON.
+The context-driven rules (assignments, ``Bearer``, URL passwords) only fire on
 values that look like a literal, not like a reference, a type or a
 placeholder. Leaks are worse: a value is redacted whole, up to the
 punctuation inside it (``Tr0ub4dor&3``), and a token that a terminal wrapped
 onto two lines is joined again (``wrap.py``).
 
+Tokens pasted back to back (``ghp_...ghp_...``, a JWT and then a token) are
+two secrets, though each token's pattern runs on into the next one. Such a run
+is cut where the next token starts, and the rules read the body with a blank
+there (``runs.py``), so each token is redacted whole and counted.
+
 Every rule starts at a literal (a prefix, a keyword, ``://``) or a token
 boundary, and its repeats are possessive or run over a class that cannot match
 what follows them, so a 16 KB body is scanned in near-linear time with no
-catastrophic backtracking.
+catastrophic backtracking. Cutting a run reads each stretch between two
+prefixes a bounded number of times.
+
+Secrets disguised with fullwidth letters or zero-width characters are found
+in a folded view of the body (NFKC, invisible characters left out), which is
+only read: the stored text is the body with the secrets' own characters
+replaced (``lookalikes.py``).
 
 Most bodies hold no secret, so ``scrub`` first asks the prefilter whether any
 rule can match at all (``prefilter.py``) and runs the table only if so;
 ``scrub_full`` always runs it. The package splits the rule table
 (``rules.py``) from the checks that tell a literal secret from a reference or
-a placeholder (``refine.py``) and from the joining of wrapped tokens
-(``wrap.py``).
+a placeholder (``refine.py``), from the joining of wrapped tokens
+(``wrap.py``), from the cutting of glued runs (``runs.py``) and from the
+folded view (``lookalikes.py``).
 """
 
 from __future__ import annotations
@@ -42,12 +57,14 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from common.scrubbing import lookalikes, runs
 from common.scrubbing.prefilter import Prefilter
 from common.scrubbing.refine import Span
-from common.scrubbing.rules import RULES
-from common.scrubbing.wrap import Unwrapper
+from common.scrubbing.rules import RULES, Rule
+from common.scrubbing.wrap import Site, Unwrapper
 
 __all__ = ["ScrubResult", "scrub", "scrub_full"]
 
@@ -65,6 +82,7 @@ class ScrubResult:
 
 _PREFILTER = Prefilter(RULES)
 _UNWRAPPER = Unwrapper(RULES)
+_RUNS = runs.Runs(RULES)
 
 
 def _overlaps(taken: list[Span], span: Span) -> bool:
@@ -75,23 +93,83 @@ def _overlaps(taken: list[Span], span: Span) -> bool:
     return index > 0 and taken[index - 1][1] > span[0]
 
 
+def _spans(index: int, rule: Rule, text: str, sites: Sequence[Site]) -> Iterator[Span]:
+    """The non-empty spans that rule ``index`` redacts in ``text``, in order of preference."""
+    # A token cut by a line break first: its first line alone may also match
+    # (a fine-grained GitHub token), and must not win.
+    wrapped = _UNWRAPPER.spans(index, text, sites) if rule.wraps and sites else ()
+    plain = (rule.span(match) for match in rule.pattern.finditer(text))
+    for span in itertools.chain(wrapped, plain):
+        if span is not None and span[0] < span[1]:
+            yield span
+
+
+def _claim_folded(taken: list[Span], claimed: list[Span], span: Span) -> None:
+    """Claim a span that a rule found in the folded view, joined with its own overlapping ones.
+
+    The body and its view may end one secret at different places (a fullwidth
+    quote ends a bare value only in the view, a zero-width space ends a token
+    only in the body), so the two spans are joined: no part of either is left.
+    ``taken`` and ``claimed`` (the rule's own spans) are sorted and disjoint.
+    """
+    start, end = span
+    first = bisect.bisect_left(claimed, span)
+    if first > 0 and claimed[first - 1][1] > start:
+        first -= 1
+    last = first
+    while last < len(claimed) and claimed[last][0] < end:
+        last += 1
+    joined = claimed[first:last]
+    if joined:
+        start, end = min(start, joined[0][0]), max(end, joined[-1][1])
+        if joined == [(start, end)]:
+            return
+    for old in joined:
+        taken.remove(old)
+    if _overlaps(taken, (start, end)):
+        for old in joined:
+            bisect.insort(taken, old)
+        return
+    bisect.insort(taken, (start, end))
+    claimed[first:last] = [(start, end)]
+
+
 def _find(text: str) -> list[tuple[int, int, str]]:
     """One pass of the rule table: disjoint ``(start, end, kind)`` spans, sorted."""
+    folded = lookalikes.view(text)
+    cuts = _RUNS.cuts(text)
+    if folded is not None:
+        # A run in disguise is cut in the view, so in front of the body's
+        # character that the view's cut came from.
+        folded_cuts = (folded.origins[cut] for cut in _RUNS.cuts(folded.text))
+        cuts = sorted({*cuts, *folded_cuts})
+    if not cuts:
+        return _find_in(text, folded)
+    split = runs.split(text, cuts)
+    return [
+        (split.to_body(start), split.to_body(end), kind)
+        for start, end, kind in _find_in(split.text, lookalikes.view(split.text))
+    ]
+
+
+def _find_in(text: str, folded: lookalikes.View | None) -> list[tuple[int, int, str]]:
+    """``_find`` on ``text``, whose folded view is ``folded``."""
     # Markers already in the text claim their span, so a redaction is never
     # nested in or reported over another one.
     taken: list[Span] = [marker.span() for marker in _MARKER_RE.finditer(text)]
     found: list[tuple[int, int, str]] = []
     sites = _UNWRAPPER.find_sites(text)
+    folded_sites = _UNWRAPPER.find_sites(folded.text) if folded is not None else []
     for index, rule in enumerate(RULES):
-        # A token cut by a line break first: its first line alone may also
-        # match (a fine-grained GitHub token), and must not win.
-        wrapped = _UNWRAPPER.spans(index, text, sites) if rule.wraps and sites else ()
-        plain = (rule.span(match) for match in rule.pattern.finditer(text))
-        for span in itertools.chain(wrapped, plain):
-            if span is None or span[0] >= span[1] or _overlaps(taken, span):
-                continue
-            bisect.insort(taken, span)
-            found.append((span[0], span[1], rule.kind))
+        claimed: list[Span] = []
+        for span in _spans(index, rule, text, sites):
+            if not _overlaps(taken, span):
+                bisect.insort(taken, span)
+                bisect.insort(claimed, span)
+        if folded is not None:
+            for span in _spans(index, rule, folded.text, folded_sites):
+                _claim_folded(taken, claimed, folded.to_body(span))
+        found.extend((start, end, rule.kind) for start, end in claimed)
     found.sort()
     return found
 
@@ -125,10 +203,13 @@ def scrub(text: str) -> ScrubResult:
     """Replace each secret in ``text`` with ``[REDACTED:<kind>]``; see ``scrub_full``.
 
     The same result as ``scrub_full``, found faster for a body in which no
-    rule's pattern can match: that body comes back unchanged at once.
+    rule's pattern can match, in the body or in its folded view: that body
+    comes back unchanged at once.
     """
     if not _PREFILTER.may_match(text):
-        return ScrubResult(text=text, scrubbed=[])
+        folded = lookalikes.view(text)
+        if folded is None or not _PREFILTER.may_match(folded.text):
+            return ScrubResult(text=text, scrubbed=[])
     return scrub_full(text)
 
 

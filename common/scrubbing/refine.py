@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 
 Span = tuple[int, int]
@@ -76,6 +77,13 @@ _AUTH_PROSE_WORDS = frozenset({
 _LINE_LEAD_RE = re.compile(r"[ \t>*#\-\"']*+")
 _LINE_END_RE = re.compile(r"[ \t]*+(?:[\r\n#]|\Z)")
 _HEADER_END_RE = re.compile(r"[ \t]*+(?:[\r\n\"'`\\]|\Z)")
+# What follows the password of "sshpass -p PASSWORD" on a command line: the
+# command sshpass runs, one of its flags, or the end of the line.
+_SSHPASS_COMMAND_RE = re.compile(
+    r"[ \t]*+(?:[\r\n;&|]|\Z)|[ \t]++(?:-|(?:ssh|scp|sftp|rsync|ssh-copy-id|git|ansible\S*+)(?!\S))"
+)
+# What may follow a token that was glued to a word in front: no more of a token.
+_CLEAR_BEHIND_RE = re.compile(r"(?![A-Za-z0-9_-])")
 # An encoded "&" or blank ends a percent-encoded value.
 _ENCODED_SEPARATOR_RE = re.compile(r"%(?:26|20|2[Cc]|3[Bb])")
 
@@ -352,6 +360,27 @@ def refine_mysql_password(match: re.Match[str], span: Span) -> Span | None:
     return None if _is_placeholder(text[span[0] : span[1]]) else span
 
 
+def refine_sshpass(match: re.Match[str], span: Span) -> Span | None:
+    """``sshpass -p VALUE``: a password, whatever it looks like, if a command follows it.
+
+    A bare plain word is also what prose puts after the flag ("sshpass -p is
+    insecure"), so it counts only where the command line goes on with the
+    command sshpass runs (``ssh``, ``scp``, a flag) or ends.
+    """
+    text = match.string
+    bare = match.start("secret_bare") != -1
+    if bare:
+        span = _strip_trailing_punctuation(text, span)
+    value = text[span[0] : span[1]]
+    if _is_placeholder(value):
+        return None
+    if not bare or _is_literal_secret(value, bare=True, env_style=False):
+        return span
+    if value.lower() in _PROSE_WORDS:
+        return None
+    return span if _SSHPASS_COMMAND_RE.match(text, span[1]) else None
+
+
 def refine_literal(match: re.Match[str], span: Span) -> Span | None:
     value = match.string[span[0] : span[1]]
     return span if _is_literal_secret(value, bare=False, env_style=False) else None
@@ -364,6 +393,39 @@ def refine_url_password(match: re.Match[str], span: Span) -> Span | None:
     """
     value = match.string[span[0] : span[1]]
     return None if _is_template(value) else span
+
+
+def glue_any(text: str, span: Span) -> bool:
+    """A prefix that no word holds (plumb_key_, glpat-, AKIA...): glued in front, still a token.
+
+    It has to stand clear behind, though: glued on both sides, it is more
+    likely the inside of a longer identifier or of a base64url blob.
+    """
+    return _CLEAR_BEHIND_RE.match(text, span[1]) is not None
+
+
+def glue_random(text: str, span: Span) -> bool:
+    """A prefix that words end with (laughs_, task_test_, xoxo-): glued, it needs a digit too.
+
+    The names and words that end in such a prefix seldom hold one. A random
+    body of 36 letters and digits (GitHub, npm) lacks one about twice in a
+    thousand, longer ones (Anthropic) less often, and Slack's and Stripe's
+    carry digits by format.
+    """
+    value = text[span[0] : span[1]]
+    return glue_any(text, span) and any(ch.isdigit() for ch in value)
+
+
+def glue_jwt(text: str, span: Span) -> bool:
+    """A JWT glued to a word: only if its header is base64url of a JSON object, as JOSE has it."""
+    if not glue_any(text, span):
+        return False
+    header = text[span[0] : text.find(".", span[0], span[1])]
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(decoded, dict)
 
 
 def refine_keep(match: re.Match[str], span: Span) -> Span | None:

@@ -6,6 +6,7 @@ a body in which the pattern cannot match (see ``common.scrubbing.prefilter``).
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,9 @@ from functools import cached_property
 
 from common.scrubbing.refine import (
     Span,
+    glue_any,
+    glue_jwt,
+    glue_random,
     is_dummy_token,
     refine_assignment,
     refine_basic,
@@ -25,6 +29,7 @@ from common.scrubbing.refine import (
     refine_mysql_password,
     refine_password_assignment,
     refine_password_flag,
+    refine_sshpass,
     refine_url_password,
     secret_span,
 )
@@ -51,6 +56,18 @@ class Rule:
     # pattern also accepts shorter ones.
     wraps: bool = False
     full_length: int | None = None
+    # Whether a token glued to a word in front of it (tokenghp_..., abcAKIA...)
+    # is one, given the text and its span; ``_token_start(..., glue=True)``
+    # marks such a match. Without it, a glued match is dropped.
+    glue: Callable[[str, Span], bool] | None = None
+    # What every token of a prefixed format starts with (a regex): where a
+    # token pasted right behind another one begins (``common.scrubbing.runs``).
+    # ``prefix_in_bodies``: whether random token bodies hold the prefix and a
+    # whole token behind it now and then (sk- and hf_, three characters before
+    # a plain run); such a token is cut off from one in front only where that
+    # one cannot take it in as its own.
+    prefix: str | None = None
+    prefix_in_bodies: bool = False
 
     @cached_property
     def compiled_anchors(self) -> tuple[re.Pattern[str], ...]:
@@ -58,15 +75,26 @@ class Rule:
 
     def span(self, match: re.Match[str]) -> Span | None:
         span = secret_span(match)
+        if _is_glued(match) and (self.glue is None or not self.glue(match.string, span)):
+            return None
         if self.refine is not None:
             return self.refine(match, span)
         return None if is_dummy_token(match.string[span[0] : span[1]]) else span
 
 
 _TOKEN_CHAR = r"[A-Za-z0-9_-]"
+# Group names are unique within a pattern, and a pattern may hold several prefixes.
+_GLUE_GROUPS = itertools.count()
 
 
-def _token_start(prefix: str, *, word_glue: bool = True, token_char: str = _TOKEN_CHAR) -> str:
+def _is_glued(match: re.Match[str]) -> bool:
+    """Whether ``match`` is a token whose prefix is glued to a word (see ``_token_start``)."""
+    return any(name.startswith("glued") and match.start(name) != -1 for name in match.re.groupindex)
+
+
+def _token_start(
+    prefix: str, *, word_glue: bool = True, token_char: str = _TOKEN_CHAR, glue: bool = False
+) -> str:
     """``prefix`` (fixed width) where it starts a token, not the inside of a longer one.
 
     A prefixed token must not be glued to more token characters, or a
@@ -79,6 +107,10 @@ def _token_start(prefix: str, *, word_glue: bool = True, token_char: str = _TOKE
     digits about once in 10^9 positions. Not for three-character prefixes
     (sk-, hf_), which a blob holds a thousand times as often.
 
+    With ``glue``, a prefix glued to any word matches as well (tokenghp_...,
+    1ghp_..., abcAKIA...: SPEC 3.5), in an empty group named ``glued...``, for
+    the rule's ``glue`` check to judge; that check stands in for the boundary.
+
     The look-behinds follow the prefix instead of preceding it: a pattern that
     starts with a literal is searched for that literal, some thirty times
     faster than trying a look-behind at every position of the body.
@@ -90,6 +122,8 @@ def _token_start(prefix: str, *, word_glue: bool = True, token_char: str = _TOKE
     ]
     if word_glue:
         allowed.append(rf"(?<=[A-Za-z0-9][_-]{prefix})")
+    if glue:
+        allowed.append(f"(?P<glued{next(_GLUE_GROUPS)}>)")
     return prefix + "(?:" + "|".join(allowed) + ")"
 
 
@@ -186,6 +220,14 @@ _SQL_NETRC_PASSWORD = re.compile(
     r"|(?P<secret_bare>" + _BARE + r"))"
 )
 
+# sshpass -p PASSWORD ssh ...; flags without a value (-v) may come first.
+# The look-behind follows the literal, so the search skips to each "sshpass".
+_SSHPASS = re.compile(
+    r"sshpass(?<![\w-]sshpass)(?:[ \t]++-(?!p)[^\s-]\S*+)*+[ \t]++-p[ \t]*+"
+    r"(?:\"(?P<secret_dq>[^\"\n]*+)\"|'(?P<secret_sq>[^'\n]*+)'"
+    r"|(?P<secret_bare>" + _BARE + r"))"
+)
+
 _NL = r"(?:\r?\n|\\r?\\n)"
 _PEM_BEGIN = r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
 _PEM_END = r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
@@ -224,25 +266,31 @@ RULES: tuple[Rule, ...] = (
     # plumb project key: plumb_key_ + 8 [a-z0-9] + _ + 43 base64url.
     Rule(
         "plumb_project_key",
-        re.compile(_token_start("plumb_key_") + r"[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
+        re.compile(_token_start("plumb_key_", glue=True) + r"[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
         anchors=(r"plumb_key_",),
         wraps=True,
         full_length=_PLUMB_CREDENTIAL_LENGTH,
+        glue=glue_any,
+        prefix="plumb_key_",
     ),
     # plumb session token: plumb_tok_ + 8 [a-z0-9] + _ + 43 base64url.
     Rule(
         "plumb_session_token",
-        re.compile(_token_start("plumb_tok_") + r"[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
+        re.compile(_token_start("plumb_tok_", glue=True) + r"[a-z0-9]{8}_[A-Za-z0-9_-]{32,}+"),
         anchors=(r"plumb_tok_",),
         wraps=True,
         full_length=_PLUMB_CREDENTIAL_LENGTH,
+        glue=glue_any,
+        prefix="plumb_tok_",
     ),
     # Anthropic: sk-ant-api03-..., sk-ant-admin01-..., sk-ant-sid01-...
     Rule(
         "anthropic_key",
-        re.compile(_token_start("sk-ant-") + r"[A-Za-z0-9_-]{20,}+"),
+        re.compile(_token_start("sk-ant-", glue=True) + r"[A-Za-z0-9_-]{20,}+"),
         anchors=(r"sk-ant-",),
         wraps=True,
+        glue=glue_random,
+        prefix="sk-ant-",
     ),
     # OpenAI: legacy sk- + 48 alnum, sk-proj-..., sk-svcacct-..., sk-admin-...
     Rule(
@@ -251,22 +299,29 @@ RULES: tuple[Rule, ...] = (
         refine_mixed_case,
         anchors=(r"sk-",),
         wraps=True,
+        prefix="sk-",
+        prefix_in_bodies=True,
     ),
     # GitHub classic: ghp_ (personal), gho_ (OAuth), ghu_ (user-to-server),
     # ghs_ (server-to-server), ghr_ (refresh) + 36 alnum.
     Rule(
         "github_token",
-        re.compile(_token_start("gh[pousr]_") + r"[A-Za-z0-9]{36,}+"),
+        re.compile(_token_start("gh[pousr]_", glue=True) + r"[A-Za-z0-9]{36,}+"),
         anchors=(r"gh[pousr]_",),
         wraps=True,
+        # Words end in "ghs" ("laughs_totalCountForTheCurrentUserSession").
+        glue=glue_random,
+        prefix="gh[pousr]_",
     ),
     # GitHub fine-grained PATs: github_pat_ + 22 alnum + _ + 59 alnum.
     Rule(
         "github_token",
-        re.compile(_token_start("github_pat_") + r"[A-Za-z0-9_]{50,}+"),
+        re.compile(_token_start("github_pat_", glue=True) + r"[A-Za-z0-9_]{50,}+"),
         anchors=(r"github_pat_",),
         wraps=True,
         full_length=93,
+        glue=glue_any,
+        prefix="github_pat_",
     ),
     # GitLab: glpat- (personal/project/group), gldt- (deploy), glptt-
     # (pipeline trigger), glrt- (runner), gloas- (OAuth secret), glcbt- (CI
@@ -276,14 +331,16 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "gitlab_token",
         re.compile(
-            _token_start("gl")
+            _token_start("gl", glue=True)
             + _GITLAB_PREFIX[2:]
             + r"[A-Za-z0-9_-]{20,}+(?:\.[A-Za-z0-9_-]++)*+|"
-            + _token_start("GR1348941")
+            + _token_start("GR1348941", glue=True)
             + r"[A-Za-z0-9_-]{20,}+"
         ),
         anchors=(_GITLAB_PREFIX, r"GR1348941"),
         wraps=True,
+        glue=glue_any,
+        prefix=_GITLAB_PREFIX + "|GR1348941",
     ),
     # Slack: xoxb- (bot), xoxp- (user), xoxa-/xoxr- (app/refresh), xoxs-,
     # xoxo-, xoxe-; xapp-1-... app-level tokens; incoming webhook URLs, which
@@ -291,14 +348,17 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "slack_token",
         re.compile(
-            _token_start(_SLACK_PREFIX)
+            _token_start(_SLACK_PREFIX, glue=True)
             + r"[A-Za-z0-9-]{10,}+|"
-            + _token_start("xapp-")
+            + _token_start("xapp-", glue=True)
             + r"[0-9]+-[A-Za-z0-9-]{10,}+"
             r"|https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}+"
         ),
         anchors=(_SLACK_PREFIX, r"xapp-", r"hooks\.slack\.com/"),
         wraps=True,
+        # "hugsxoxo-see-you-at-the-station" is a sign-off, not a token.
+        glue=glue_random,
+        prefix=_SLACK_PREFIX + "|xapp-",
     ),
     # Stripe secret (sk_live_/sk_test_) and restricted (rk_live_/rk_test_)
     # keys, and webhook signing secrets (whsec_). Publishable pk_ keys are
@@ -307,44 +367,58 @@ RULES: tuple[Rule, ...] = (
         "stripe_key",
         re.compile(
             r"(?:"
-            + _token_start("[sr]k_(?:live|test)_", token_char="[A-Za-z0-9_]")
+            + _token_start("[sr]k_(?:live|test)_", token_char="[A-Za-z0-9_]", glue=True)
             + r"[A-Za-z0-9]{20,}+|"
-            + _token_start("whsec_", token_char="[A-Za-z0-9_]")
+            + _token_start("whsec_", token_char="[A-Za-z0-9_]", glue=True)
             + r"[A-Za-z0-9]{32,}+)"
             + _E
         ),
         anchors=(r"k_(?:live|test)_", r"whsec_"),
         wraps=True,
+        # Test names glue words to "sk_test_" ("task_test_handlesEmptyQueueGracefully").
+        glue=glue_random,
+        prefix=r"[sr]k_(?:live|test)_|whsec_",
     ),
     # Google API key: AIza + 35 base64url.
     Rule(
         "google_api_key",
-        re.compile(_token_start("AIza") + r"[A-Za-z0-9_-]{35}" + _E),
+        re.compile(_token_start("AIza", glue=True) + r"[A-Za-z0-9_-]{35}" + _E),
         anchors=(r"AIza",),
         wraps=True,
+        glue=glue_any,
+        prefix="AIza",
     ),
     # Google OAuth 2.0 access token: ya29. + base64url, ya29.c. for service
     # accounts; it is a bearer credential for an hour, whatever header it is in.
     Rule(
         "google_oauth_token",
-        re.compile(_token_start(r"ya29\.") + r"(?:[A-Za-z0-9_-]++\.)?[A-Za-z0-9_-]{20,}+"),
+        re.compile(
+            _token_start(r"ya29\.", glue=True) + r"(?:[A-Za-z0-9_-]++\.)?[A-Za-z0-9_-]{20,}+"
+        ),
         anchors=(r"ya29\.",),
         wraps=True,
+        glue=glue_any,
+        prefix=r"ya29\.",
     ),
     # npm access token: npm_ + 36 alnum.
     Rule(
         "npm_token",
-        re.compile(_token_start("npm_") + r"[A-Za-z0-9]{36}" + _E),
+        re.compile(_token_start("npm_", glue=True) + r"[A-Za-z0-9]{36}" + _E),
         anchors=(r"npm_",),
         wraps=True,
+        # "pnpm_" starts names too.
+        glue=glue_random,
+        prefix="npm_",
     ),
     # PyPI API token: pypi- + a macaroon, base64 starting AgE (AgEIcHlwaS5vcmc
     # for pypi.org, AgENdGVzdC5weXBpLm9yZw for TestPyPI).
     Rule(
         "pypi_token",
-        re.compile(_token_start("pypi-AgE") + r"[A-Za-z0-9_-]{50,}+"),
+        re.compile(_token_start("pypi-AgE", glue=True) + r"[A-Za-z0-9_-]{50,}+"),
         anchors=(r"pypi-AgE",),
         wraps=True,
+        glue=glue_any,
+        prefix="pypi-AgE",
     ),
     # Hugging Face user access token: hf_ + 34 letters.
     Rule(
@@ -352,6 +426,8 @@ RULES: tuple[Rule, ...] = (
         re.compile(_token_start("hf_", word_glue=False) + r"[A-Za-z0-9]{34,}+" + _E),
         anchors=(r"hf_",),
         wraps=True,
+        prefix="hf_",
+        prefix_in_bodies=True,
     ),
     # SendGrid API key: SG. + 22 + . + 43 base64url.
     Rule(
@@ -359,26 +435,42 @@ RULES: tuple[Rule, ...] = (
         re.compile(_token_start(r"SG\.") + r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _E),
         anchors=(r"SG\.",),
         wraps=True,
+        prefix=r"SG\.",
+    ),
+    # Twilio API key SID: SK + 32 lower-case hex digits.
+    Rule(
+        "twilio_api_key",
+        re.compile(_token_start("SK", word_glue=False) + r"[0-9a-f]{32}" + _E),
+        # The whole token: "SK" alone starts too many words to be worth a search.
+        anchors=(r"SK[0-9a-f]{32}",),
+        prefix=r"SK[0-9a-f]{32}",
     ),
     # AWS access key id: AKIA (long-term), ASIA (STS), ABIA, ACCA + 16 upper alnum.
     Rule(
         "aws_access_key_id",
         re.compile(
-            _token_start(_AWS_KEY_ID_PREFIX, word_glue=False, token_char="[A-Za-z0-9]")
+            _token_start(_AWS_KEY_ID_PREFIX, word_glue=False, token_char="[A-Za-z0-9]", glue=True)
             + r"[A-Z0-9]{16}(?![A-Za-z0-9])"
         ),
         anchors=(_AWS_KEY_ID_PREFIX,),
         wraps=True,
+        # Not glue_random: ids are base32, and one in 30 has no digit.
+        glue=glue_any,
+        prefix=_AWS_KEY_ID_PREFIX,
     ),
     # JWT (JWS compact form): base64url header starting eyJ ({"), payload and
     # signature, dot-separated. A single eyJ... segment is plain base64 JSON.
     Rule(
         "jwt",
         re.compile(
-            _token_start("eyJ") + r"[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{10,}+"
+            _token_start("eyJ", glue=True)
+            + r"[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{10,}+"
         ),
         anchors=(r"eyJ",),
         wraps=True,
+        # Dotted names hold "eyJ" too: hockeyJersey.number.displayValue.
+        glue=glue_jwt,
+        prefix="eyJ",
     ),
     # AWS secret access key: 40 base64 characters, recognised only in an
     # assignment (aws_secret_access_key = ..., AWS_SECRET_ACCESS_KEY: ...,
@@ -393,6 +485,32 @@ RULES: tuple[Rule, ...] = (
         ),
         # Both key spellings end in secret[_access]_key; then the operator.
         folded_anchors=(r"secret(?:[_.-]?access)?[_.-]?key(?:\\?[\"'])?[ \t]*[:=]",),
+    ),
+    # The same key without its name, pasted next to its key id: aws configure's
+    # prompts, the console's CSV, "AKIA...:secret". It is the first run of
+    # exactly 40 base64 characters after the id, on its line or the next, that
+    # mixes both cases with a digit, "/" or "+" (a git SHA does not); its own
+    # line first. Bounded gaps keep the search after each id short.
+    Rule(
+        "aws_secret_access_key",
+        re.compile(
+            _AWS_KEY_ID_PREFIX + r"[A-Z0-9]{16}(?![A-Za-z0-9])"
+            r"(?:[^\r\n]{0,100}?\r?\n)??[^\r\n]{0,100}?(?<![A-Za-z0-9/+])"
+            r"(?P<secret>(?=[A-Za-z0-9/+]{0,39}?[A-Z])(?=[A-Za-z0-9/+]{0,39}?[a-z])"
+            r"(?=[A-Za-z]{0,39}[0-9/+])[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+        ),
+        anchors=(_AWS_KEY_ID_PREFIX,),
+    ),
+    # Azure storage account key (AccountKey=... in a connection string,
+    # AZURE_STORAGE_ACCOUNT_KEY, --account-key): 64 bytes of base64. Only a
+    # long base64 value counts, not a placeholder or a reference.
+    Rule(
+        "azure_storage_key",
+        re.compile(
+            r"(?i:account[_.-]?key)(?:\\?[\"'])?(?:[ \t]*(?::=|=>|=|:)|[ \t])[ \t]*(?:\\?[\"'])?"
+            r"(?P<secret>[A-Za-z0-9+/]{40,}+={0,2})(?![A-Za-z0-9+/=])"
+        ),
+        folded_anchors=(r"account[_.-]?key(?:\\?[\"'])?[ \t]*[:= \t]",),
     ),
     # scheme://user:password@host: only the password is redacted, the user
     # and host stay readable. The password runs to the last @ of the authority,
@@ -474,6 +592,13 @@ RULES: tuple[Rule, ...] = (
         # looks at the character before "-p"), so the search skips from one
         # "-p" to the next instead of trying every position.
         anchors=(r"-p(?<!\S-p)",),
+    ),
+    # sshpass -p VALUE, sshpass -pVALUE: the password on the command line.
+    Rule(
+        "password_assignment",
+        _SSHPASS,
+        refine_sshpass,
+        anchors=(r"sshpass[ \t]",),
     ),
     # The same for api_key=, client_secret:, SECRET_KEY=, access_token=, ...
     Rule(

@@ -91,6 +91,11 @@ GOOGLE_ACCESS_TOKEN = (
 )
 GOOGLE_SERVICE_TOKEN = "ya29" + ".c.c0ASRK0GbZq3vYpL7mN2xW8tRkE4uJ9hQ1aF6dS0gC5iV3bX7nM2lO9pT4"
 BASIC_CREDENTIALS = "ZGVwbG95OldxN3ZOMnBMczk="  # base64("deploy:Wq7vN2pLs9")
+AZURE_STORAGE_KEY = (
+    "Zq7Lm2Xc9Vb4Nw8Rt1Yp6Ks3Hd5Fg0Ja2Ue7OiAb1Cd3EfGh5Ij7K"
+    "l9Mn1Op3Qr5St7Uv9Wx1Yz3Ab5C/d7Ef9Gh1Ij3+Kl5Mn7Op=="
+)
+TWILIO_API_KEY = "SK" + "2f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c"
 
 RSA_KEY = pem(
     "RSA PRIVATE KEY",
@@ -321,6 +326,30 @@ SECRETS = [
         "https://app.example.com/login?next=%2Fcb%3Faccess_token%3D9c4e1a7b3f2d8e6a%26state%3Dx",
         "9c4e1a7b3f2d8e6a",
     ),
+    # Azure storage account keys, Twilio API keys, sshpass -p.
+    (
+        "azure_storage_key",
+        "DefaultEndpointsProtocol=https;AccountName=acme;"
+        f"AccountKey={AZURE_STORAGE_KEY};EndpointSuffix=core.windows.net",
+        AZURE_STORAGE_KEY,
+    ),
+    ("azure_storage_key", f'AZURE_STORAGE_ACCOUNT_KEY="{AZURE_STORAGE_KEY}"', AZURE_STORAGE_KEY),
+    (
+        "azure_storage_key",
+        f"az storage blob list --account-name acme --account-key {AZURE_STORAGE_KEY} -o table",
+        AZURE_STORAGE_KEY,
+    ),
+    ("twilio_api_key", f"TWILIO_API_KEY={TWILIO_API_KEY}", TWILIO_API_KEY),
+    (
+        "twilio_api_key",
+        f'client = Client("{TWILIO_API_KEY}", api_secret, account_sid)',
+        TWILIO_API_KEY,
+    ),
+    ("password_assignment", "sshpass -p 'S3cr3t!' ssh root@10.0.0.5", "S3cr3t!"),
+    ("password_assignment", "sshpass -p raspberry ssh pi@10.0.0.5", "raspberry"),
+    ("password_assignment", "sshpass -pS3cr3tPw scp dist.tar.gz deploy@host:", "S3cr3tPw"),
+    ("password_assignment", "sshpass -v -p hunter2x rsync -a ./ host:/srv", "hunter2x"),
+    ("password_assignment", 'sshpass -p "tr0ub4dor and three" ssh ci@build', "tr0ub4dor and three"),
     # A token broken across two lines by terminal wrapping at a fixed column.
     (
         "github_token",
@@ -459,6 +488,17 @@ CLEAN = [
     "line one ends with a word\nline two starts with one",
     "DB_PASSWORD=${DB_PASSWORD}&&make test",
     "?user=bob&page=2;sort=asc",
+    # Around Azure, Twilio and sshpass: names, references and prose.
+    "AccountName=acme;AccountKey=${AZURE_STORAGE_KEY};EndpointSuffix=core.windows.net",
+    "AccountKey=<your-account-key>",
+    "The AccountKey is rotated monthly; read AZURE_STORAGE_ACCOUNT_KEY from the vault.",
+    "TWILIO_ACCOUNT_SID=AC" + "2f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c",
+    "TASK" + "2f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c done",
+    "sshpass -p is insecure, use -f instead",
+    'sshpass -p "$SSHPASS" ssh deploy@host',
+    "sshpass -f ~/.ssh/deploy.pw ssh deploy@host",
+    "sshpass -e ssh deploy@host",
+    "Never use sshpass -p with passwords in scripts.",
 ]
 
 
@@ -477,9 +517,9 @@ def test_clean_line_survives_byte_for_byte(line: str) -> None:
 
 
 def test_corpus_is_as_broad_as_promised() -> None:
-    assert len(SECRETS) >= 95
-    assert len({kind for kind, _, _ in SECRETS}) >= 23
-    assert len(CLEAN) >= 110
+    assert len(SECRETS) >= 105
+    assert len({kind for kind, _, _ in SECRETS}) >= 25
+    assert len(CLEAN) >= 120
 
 
 @pytest.mark.parametrize(
@@ -733,6 +773,26 @@ def test_generated_plumb_credentials_are_always_redacted() -> None:
         "curl -u a:" * 1638,
         "a@" * 8192,
         ":" * 16384,
+        "tokenghp_" * 1820,
+        ("aghp_" + "a1" * 20 + "_") * 350,
+        "xeyJaaaaa." * 1638,
+        "1xoxb-" * 2730,
+        ("AKIA" + "A" * 16 + " " + "Aa1/" * 9) * 290,
+        ("AKIA" + "B" * 16 + "\n") * 780,
+        "AccountKey=" * 1489,
+        "accountkey " + "A1a+" * 4093,
+        "sshpass -v" * 1638,
+        "sshpass -p " * 1489,
+        "\uff47\uff48\uff50\uff3f" * 1365,
+        "a\u200b" * 4096,
+        "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44\uff1d" * 606,
+        ("\U0001f468\u200d" + "\ufe0f") * 1638,
+        (GITHUB_CLASSIC + STRIPE_LIVE + GITLAB_PAT + JWT_HS256 + HUGGING_FACE) * 54,
+        "xoxb-" * 3276,
+        "eyJhbGci.eyJzdWIi.T8u5mM9sZZ" * 585,
+        ("ghp_" + "a1" * 17 + "b") * 420,
+        (GITHUB_CLASSIC + "hf_") * 381,
+        ("x" + AWS_KEY_ID + "sk-" + "Ab1" * 7) * 358,
     ],
     ids=lambda body: repr(body[:12]),
 )
