@@ -12,12 +12,17 @@ whose ``_send_error_response`` (a private method) writes JSON, and the
 ``gasgi`` module's name for the protocol is where ``_serve`` finds it.
 ``tests/plumb_site/test_asgi_worker.py`` pins both, and a real server's
 ``414``/``431`` answers, so a gunicorn upgrade that moves them fails loudly.
+
+**A client that leaves before its answer** is logged ``499``: gunicorn drops
+whatever the application sends once the connection is gone, and logs the
+request as its own ``500``.
 """
 
 from __future__ import annotations
 
 import json
 from http import HTTPStatus
+from typing import Any
 
 from gunicorn.asgi.protocol import ASGIProtocol
 from gunicorn.workers import gasgi
@@ -49,7 +54,29 @@ def _phrase(status: int) -> str:
         return "Error"
 
 
+class _ConnectionLog:
+    """gunicorn's logger as one connection uses it: a client gone unanswered is a 499."""
+
+    def __init__(self, log: Any, connection: JsonErrorsProtocol) -> None:
+        self._log = log
+        self._connection = connection
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        # Nothing was sent (no headers) and the connection is gone: gunicorn
+        # dropped the application's answer and wrote down its own 500.
+        if resp.status == 500 and not resp.headers and self._connection._closed:
+            resp.status = 499
+        self._log.access(resp, req, environ, request_time)
+
+
 class JsonErrorsProtocol(ASGIProtocol):
+    def __init__(self, worker: Any) -> None:
+        super().__init__(worker)
+        self.log = _ConnectionLog(worker.log, self)
+
     def _send_error_response(self, status, message, extra_headers=()):
         """gunicorn's answer to a request it refused, as plumb's JSON error.
 

@@ -66,13 +66,29 @@ class RequestMetricsMiddleware:
     Outside the error middleware, so the status counted is the one sent. The
     operation is the URL's name (``notes``, ``room-messages``,
     ``admin:index``), or what the MCP endpoint named (``mcp:send_message``).
+
+    Under the server's front (``plumb_site/asgi.py``) this only names the
+    request (``metrics.FRONT_LABELS``) and the front counts it once answered:
+    a waiting call runs here once per look, parked on the event loop between
+    them, and its client may leave before its answer. Elsewhere
+    (``runserver``, tests, another WSGI server) it counts the request here.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        started = time.perf_counter()
-        response = self.get_response(request)
-        metrics.request_observe(request, response.status_code, time.perf_counter() - started)
-        return response
+        front = request.environ.get(metrics.FRONT_LABELS)
+        if front is None:
+            started = time.perf_counter()
+            response = self.get_response(request)
+            metrics.request_observe(request, response.status_code, time.perf_counter() - started)
+            return response
+        status = None
+        try:
+            response = self.get_response(request)
+            status = response.status_code
+            return response
+        finally:
+            # Also when the call parks (wake.Parked): its client may leave while it waits.
+            front["labels"] = metrics.request_labels(request, status)
