@@ -1,8 +1,8 @@
 """What plumb counts for ``GET /metrics`` (Prometheus text format).
 
 It lives on the floor because every floor counts: the request gate
-(``common``), notes (``mailbox``), room sends (``rooms``), requests and the
-SQLite writer queue (``plumb_site``). The roof serves the scrape
+(``common``), notes (``mailbox``), room sends (``rooms``), requests,
+connections and the SQLite writer queue (``plumb_site``). The roof serves the scrape
 (``plumb_site.views.metrics``) and adds what is computed then (pending notes).
 
 **Cost on the hot path.** Counting is an addition to a value in memory under
@@ -67,6 +67,18 @@ GATE_WAIT_SECONDS = Histogram(
     "plumb_gate_wait_seconds",
     "Time a request waited for its process's request gate (common/gate.py).",
     buckets=_WAIT_BUCKETS,
+)
+CONNECTIONS_OPEN = Gauge(
+    "plumb_connections_open",
+    "Connections the server processes hold now (PLUMB_MAX_CONNECTIONS each).",
+    multiprocess_mode="livesum",
+)
+CONNECTIONS_CLOSED = Counter(
+    "plumb_connections_closed",
+    "Connections the server closed before a request head arrived, by reason: header_timeout "
+    "(PLUMB_HEADER_TIMEOUT), shed (the oldest idle one, to make room past "
+    "PLUMB_MAX_CONNECTIONS), refused (past it, every one held busy).",
+    ("reason",),
 )
 SQLITE_WRITER_WAIT_SECONDS = Histogram(
     "plumb_sqlite_writer_wait_seconds",
