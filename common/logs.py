@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,3 +56,39 @@ def request_fields(record: logging.LogRecord) -> dict[str, Any]:
     if hasattr(record, "status_code"):
         fields.setdefault("status", record.status_code)
     return {name: value for name, value in fields.items() if value is not None}
+
+
+class BoundedLog:
+    """Lines of one kind, at most one per ``interval`` seconds; the rest are counted.
+
+    For an error that may repeat thousands of times a second (a flood of
+    connections, a full file table): the first is written at once, those
+    that follow within ``interval`` are only counted, and the next line
+    written says how many it stands for. A burst's last count waits for the
+    next line of its kind; a metric that counts every one gives the exact
+    figure at any time.
+    """
+
+    def __init__(
+        self,
+        write: Callable[..., object],
+        *,
+        interval: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._write = write
+        self._interval = interval
+        self._clock = clock
+        self._last: float | None = None
+        self._held = 0
+
+    def __call__(self, message: str, *args: object) -> None:
+        now = self._clock()
+        if self._last is not None and now - self._last < self._interval:
+            self._held += 1
+            return
+        if self._held:
+            message += " (and %d more like it in the last %.0f s)"
+            args = (*args, self._held, now - self._last)
+        self._last, self._held = now, 0
+        self._write(message, *args)

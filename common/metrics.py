@@ -1,8 +1,8 @@
 """What plumb counts for ``GET /metrics`` (Prometheus text format).
 
 It lives on the floor because every floor counts: the request gate
-(``common``), notes (``mailbox``), room sends (``rooms``), requests and the
-SQLite writer queue (``plumb_site``). The roof serves the scrape
+(``common``), notes (``mailbox``), room sends (``rooms``), requests,
+connections and the SQLite writer queue (``plumb_site``). The roof serves the scrape
 (``plumb_site.views.metrics``) and adds what is computed then (pending notes).
 
 **Cost on the hot path.** Counting is an addition to a value in memory under
@@ -37,8 +37,10 @@ REQUESTS = Counter(
 )
 REQUEST_SECONDS = Histogram(
     "plumb_request_duration_seconds",
-    "Time from the first middleware to the response, by operation, method and status "
-    "(the request gate's wait is plumb_gate_wait_seconds).",
+    "Time from the request's head to its answer, by operation, method and status: the body "
+    "arriving, the turn for a thread and the request gate (plumb_gate_wait_seconds), Django, "
+    "and all the time a waiting call waited (parked or in its thread). Status 499: the "
+    "client left before its answer.",
     _LABELS,
     buckets=_REQUEST_BUCKETS,
 )
@@ -78,12 +80,30 @@ WAKE_LISTEN_HEARD = Gauge(
     # The stalest of the processes alive now: one deaf listener is enough to miss wake-ups.
     multiprocess_mode="livemin",
 )
+CONNECTIONS_OPEN = Gauge(
+    "plumb_connections_open",
+    "Connections the server processes hold now (PLUMB_MAX_CONNECTIONS each).",
+    multiprocess_mode="livesum",
+)
+CONNECTIONS_CLOSED = Counter(
+    "plumb_connections_closed",
+    "Connections the server closed before a request head arrived, by reason: header_timeout "
+    "(PLUMB_HEADER_TIMEOUT), shed (the oldest idle one, to make room past "
+    "PLUMB_MAX_CONNECTIONS), refused (past it, every one held busy).",
+    ("reason",),
+)
 SQLITE_WRITER_WAIT_SECONDS = Histogram(
     "plumb_sqlite_writer_wait_seconds",
     "Time a write (a transaction, or a statement outside one) queued before asking SQLite "
     "for its lock (plumb_site/sqlite).",
     buckets=_WAIT_BUCKETS,
 )
+
+# Under the server's front (plumb_site/asgi.py) the WSGI environ holds a dict
+# here: RequestMetricsMiddleware puts the request's labels in it, and the front
+# counts the request once it is answered (``request_count``), so that the
+# duration covers a parked call's wait and a client that left counts as 499.
+FRONT_LABELS = "plumb.request_labels"
 
 # A request's labels, as the MCP endpoint sets them (see ``label_request``).
 _OPERATION_ATTRIBUTE = "plumb_metrics_operation"
@@ -108,14 +128,29 @@ def label_request(
         setattr(request, _STATUS_ATTRIBUTE, status)
 
 
-def request_observe(request: HttpRequest, status: int, seconds: float) -> None:
-    """Count one answered request and its duration."""
+def request_labels(request: HttpRequest, status: int | None) -> tuple[str, str, str | None]:
+    """(operation, method, status) of ``request``; status None: it has no answer yet."""
     operation = getattr(request, _OPERATION_ATTRIBUTE, None)
     if operation is None:
         match = request.resolver_match
         operation = match.view_name if match is not None else "unmatched"
-    method = request.method if request.method in _METHODS else "other"
-    labels = (operation, method, str(getattr(request, _STATUS_ATTRIBUTE, status)))
+    status = getattr(request, _STATUS_ATTRIBUTE, status)
+    return operation, method_label(request.method), None if status is None else str(status)
+
+
+def method_label(method: str | None) -> str:
+    return method if method in _METHODS else "other"
+
+
+def request_observe(request: HttpRequest, status: int, seconds: float) -> None:
+    """Count one answered request and its duration."""
+    operation, method, label = request_labels(request, status)
+    request_count(operation, method, label, seconds)
+
+
+def request_count(operation: str, method: str, status: str, seconds: float) -> None:
+    """Count one answered request, by its labels, and its duration."""
+    labels = (operation, method, status)
     children = _request_children.get(labels)
     if children is None:
         children = _request_children.setdefault(

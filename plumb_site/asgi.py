@@ -17,6 +17,14 @@ Only a request that has fully arrived reaches Django: the WSGI application
 client's socket, in either direction: the thread hands back the whole
 response (plumb's are small JSON documents) and the event loop writes it.
 
+**Counting** (``GET /metrics``): this front counts each request once it is
+answered (``request_count``), from its head to its answer, so that a
+waiting call's duration holds its whole wait (Django runs it once per look,
+parked here between them), and a client that left before its answer counts
+as ``499``; ``RequestMetricsMiddleware`` only names the operation. Django
+learns nothing of a client that leaves while it runs, so the disconnect is
+watched from the moment the body has arrived.
+
 That hand-back is the one piece written here rather than taken from a2wsgi
 (which builds the WSGI environ for us): a2wsgi's bridge passes every part of
 a response from the thread to the loop and waits for each, three round trips
@@ -39,7 +47,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "plumb_site.settings")
 from a2wsgi.wsgi import build_environ
 from django.conf import settings
 from django.core.signals import request_finished
-from django.urls import get_resolver
+from django.urls import Resolver404, get_resolver
 
 from common import metrics, wake
 from common.errors import error_body
@@ -62,11 +70,12 @@ class _Refused(Exception):
 
 
 class _Gone(Exception):
-    """The client went away before its body had arrived; nobody is left to answer.
+    """The client went away before its answer; nobody is left to read one.
 
     The request is still answered, with nginx's ``499 client closed request``,
-    so that the access log says what happened: gunicorn logs an application
-    that answers nothing as its own ``500``.
+    so that the metrics and the access log say what happened (an application
+    that answers nothing is logged as a ``500``; gunicorn drops the answer to
+    a closed connection, and ``plumb_site/asgi_worker.py`` logs that ``499``).
     """
 
 
@@ -139,16 +148,18 @@ async def _refuse(send: Send, refusal: _Refused) -> None:
 
 
 def _django(
-    scope: Scope, body: bytes, may_park: bool, resumed: wake.Resumed | None
+    scope: Scope, body: bytes, may_park: bool, resumed: wake.Resumed | None, labels: dict
 ) -> Response | wake.Parked:
     """One request through Django's WSGI application, in a thread of the pool.
 
     A waiting call that parks (``wake.Parked``) unwinds the request; its
     ``request_finished`` is sent here, as Django would have at its end.
+    ``labels`` gets the request's metric labels (``metrics.FRONT_LABELS``).
     """
     environ = build_environ(scope, io.BytesIO(body))
     # The body is all here, however it was framed: Django reads what this says.
     environ["CONTENT_LENGTH"] = str(len(body))
+    environ[metrics.FRONT_LABELS] = labels
     started: list[Any] = []
     chunks: list[bytes] = []
 
@@ -179,45 +190,39 @@ def parked_calls() -> int:
     return _parked
 
 
-async def _answer(scope: Scope, body: bytes, receive: Receive) -> Response:
+async def _answer(scope: Scope, body: bytes, gone: asyncio.Future, labels: dict) -> Response:
     """Django's answer; a waiting call parks on the event loop between its runs.
 
     Each run takes a thread only while it looks (at the start, and when a
     commit it waits for wakes it). ``PLUMB_PARKED_POLLS`` bounds how many
     calls a process holds parked; past it a call waits in its thread, under
-    the rules of ``mailbox/wakeups.py``.
+    the rules of ``mailbox/wakeups.py``. A parked call whose client leaves
+    (``gone``) ends there: ``_Gone``.
     """
     global _parked
     loop = asyncio.get_running_loop()
     resumed = None
-    gone: asyncio.Future | None = None  # the client's disconnect, once anything parks
-    try:
-        while True:
-            may_park = _parked < settings.PLUMB_PARKED_POLLS
-            outcome = await loop.run_in_executor(
-                django_threads, _django, scope, body, may_park, resumed
-            )
-            if not isinstance(outcome, wake.Parked):
-                return outcome
-            if gone is None:
-                gone = asyncio.ensure_future(receive())  # the body is read: only a disconnect
-            _parked += 1
-            metrics.POLLS_WAITING.inc()
-            try:
-                remaining = outcome.deadline - time.monotonic()
-                woken = asyncio.ensure_future(outcome.subscription.wait_async(remaining))
-                await asyncio.wait({woken, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if not woken.done():
-                    woken.cancel()
-                    raise _Gone
-            finally:
-                _parked -= 1
-                metrics.POLLS_WAITING.dec()
-                wake.unsubscribe(outcome.subscription)
-            resumed = wake.Resumed(outcome.deadline, outcome.ticket, woken.result())
-    finally:
-        if gone is not None:
-            gone.cancel()
+    while True:
+        may_park = _parked < settings.PLUMB_PARKED_POLLS
+        outcome = await loop.run_in_executor(
+            django_threads, _django, scope, body, may_park, resumed, labels
+        )
+        if not isinstance(outcome, wake.Parked):
+            return outcome
+        _parked += 1
+        metrics.POLLS_WAITING.inc()
+        try:
+            remaining = outcome.deadline - time.monotonic()
+            woken = asyncio.ensure_future(outcome.subscription.wait_async(remaining))
+            await asyncio.wait({woken, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not woken.done():
+                woken.cancel()
+                raise _Gone
+        finally:
+            _parked -= 1
+            metrics.POLLS_WAITING.dec()
+            wake.unsubscribe(outcome.subscription)
+        resumed = wake.Resumed(outcome.deadline, outcome.ticket, woken.result())
 
 
 def _warm_up() -> None:
@@ -253,6 +258,21 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
         return
     if scope["type"] != "http":
         return  # no WebSockets: the connection is closed unanswered
+    started = time.perf_counter()
+    labels: dict[str, tuple] = {}
+    status = await _respond(scope, receive, send, labels)
+    named = labels.get("labels")
+    if named is None:  # refused or gone before Django saw it
+        operation, method, label = _operation(scope), metrics.method_label(scope["method"]), None
+    else:
+        operation, method, label = named
+    if status == 499 or label is None:
+        label = str(status)
+    metrics.request_count(operation, method, label, time.perf_counter() - started)
+
+
+async def _respond(scope: Scope, receive: Receive, send: Send, labels: dict) -> int:
+    """Answer one request; the status it was answered with (499: its client left first)."""
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     try:
         declared = _declared_length(scope)
@@ -261,16 +281,33 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
         body = await _body(receive, limit, settings.PLUMB_BODY_TIMEOUT)
     except _Refused as refusal:
         await _refuse(send, refusal)
-        return
+        return refusal.status
     except _Gone:
-        await send({"type": "http.response.start", "status": 499, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
-        return
+        return await _answer_gone(send)
+    # The body is all here: the next message from the client can only be its leaving.
+    gone = asyncio.ensure_future(receive())
     try:
-        status, headers, content = await _answer(scope, body, receive)
+        status, headers, content = await _answer(scope, body, gone, labels)
+        if gone.done():  # it left while Django ran: nobody reads this answer
+            raise _Gone
     except _Gone:
-        await send({"type": "http.response.start", "status": 499, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
-        return
+        return await _answer_gone(send)
+    finally:
+        gone.cancel()
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": content})
+    return status
+
+
+async def _answer_gone(send: Send) -> int:
+    await send({"type": "http.response.start", "status": 499, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+    return 499
+
+
+def _operation(scope: Scope) -> str:
+    """The operation of a request Django never saw, named as ``metrics.request_labels`` would."""
+    try:
+        return get_resolver().resolve(scope["path"]).view_name
+    except Resolver404:
+        return "unmatched"

@@ -9,8 +9,10 @@ runs in gunicorn's master process, before any worker starts:
   answers in plumb's JSON shape): each process reads every connection on one
   event loop, and Django runs in ``PLUMB_THREADS`` threads behind it (see
   ``plumb_site/asgi.py`` for why). A process holds up to
-  ``worker_connections`` connections; an idle keep-alive connection is
-  closed after ``keepalive`` seconds.
+  ``PLUMB_MAX_CONNECTIONS`` connections (plumb's worker enforces it;
+  ``worker_connections`` is set to match), a connection gets
+  ``PLUMB_HEADER_TIMEOUT`` seconds for each request head, and an idle
+  keep-alive connection is closed after ``keepalive`` seconds.
 
 * **Metrics from every process.** prometheus-client decides when it is first
   imported whether values live in process memory or in files, so
@@ -92,8 +94,7 @@ class Logger(glogging.Logger):
 logger_class = Logger
 wsgi_app = "plumb_site.asgi:application"
 worker_class = "plumb_site.asgi_worker.Worker"
-# Parked waiting calls each hold a connection; room for as many again of other clients.
-worker_connections = 2 * plumb_settings.PLUMB_PARKED_POLLS + 200
+worker_connections = plumb_settings.PLUMB_MAX_CONNECTIONS
 keepalive = 30
 # A request whose client left runs on in its thread all the same (a waiting
 # poll for up to 30 s): the worker waits for it rather than cancel it at 3 s

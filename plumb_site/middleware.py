@@ -2,8 +2,10 @@
 
 DRF renders errors raised inside API views, but some failures happen before a
 view runs (an unknown path, a disallowed Host header, a crash in middleware)
-and Django answers those with HTML. For API paths this middleware, placed
-outermost, rewrites any non-JSON error response into the one error shape.
+and Django answers those with HTML. This middleware, placed outermost,
+rewrites any non-JSON error response into the one error shape (SPEC §2):
+everywhere outside ``/admin/``, unknown paths included. Only a browser
+(``Accept: text/html``) outside the API's paths keeps Django's page.
 """
 
 import time
@@ -15,6 +17,7 @@ from common import metrics
 from common.errors import error_response
 
 API_PREFIXES = ("/api/", "/mcp", "/healthz", "/metrics")
+ADMIN_PREFIX = "/admin/"
 
 _CODES = {
     400: ("bad_request", "The request was malformed."),
@@ -26,6 +29,15 @@ _CODES = {
 }
 
 
+def _errors_are_json(request: HttpRequest) -> bool:
+    path = request.path
+    if path.startswith(ADMIN_PREFIX):
+        return False
+    if path.startswith(API_PREFIXES) or path == "/api":
+        return True
+    return "text/html" not in request.headers.get("Accept", "")
+
+
 class ApiErrorMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
         self.get_response = get_response
@@ -34,8 +46,8 @@ class ApiErrorMiddleware:
         response = self.get_response(request)
         if (
             response.status_code >= 400
-            and (request.path.startswith(API_PREFIXES) or request.path == "/api")
             and not response.get("Content-Type", "").startswith("application/json")
+            and _errors_are_json(request)
         ):
             code, message = _CODES.get(
                 response.status_code, (f"http_{response.status_code}", "The request failed.")
@@ -54,13 +66,29 @@ class RequestMetricsMiddleware:
     Outside the error middleware, so the status counted is the one sent. The
     operation is the URL's name (``notes``, ``room-messages``,
     ``admin:index``), or what the MCP endpoint named (``mcp:send_message``).
+
+    Under the server's front (``plumb_site/asgi.py``) this only names the
+    request (``metrics.FRONT_LABELS``) and the front counts it once answered:
+    a waiting call runs here once per look, parked on the event loop between
+    them, and its client may leave before its answer. Elsewhere
+    (``runserver``, tests, another WSGI server) it counts the request here.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        started = time.perf_counter()
-        response = self.get_response(request)
-        metrics.request_observe(request, response.status_code, time.perf_counter() - started)
-        return response
+        front = request.environ.get(metrics.FRONT_LABELS)
+        if front is None:
+            started = time.perf_counter()
+            response = self.get_response(request)
+            metrics.request_observe(request, response.status_code, time.perf_counter() - started)
+            return response
+        status = None
+        try:
+            response = self.get_response(request)
+            status = response.status_code
+            return response
+        finally:
+            # Also when the call parks (wake.Parked): its client may leave while it waits.
+            front["labels"] = metrics.request_labels(request, status)

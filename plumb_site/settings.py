@@ -251,6 +251,13 @@ PLUMB_WAITING_POLLS = env_int("PLUMB_WAITING_POLLS", PLUMB_THREADS // 2, minimum
 # Waiting calls that one process holds on its event loop, where a waiting call
 # holds no thread (plumb_site/asgi.py); past it they wait in threads, as above.
 PLUMB_PARKED_POLLS = env_int("PLUMB_PARKED_POLLS", 1000, minimum=0)
+# Connections (plumb_site/asgi_worker.py): a connection must send a complete
+# request head within PLUMB_HEADER_TIMEOUT seconds of opening (of the first
+# byte of its next request, once kept alive), and one process holds at most
+# PLUMB_MAX_CONNECTIONS. Parked calls each hold one: room for every one of
+# them, and as many again of other clients.
+PLUMB_HEADER_TIMEOUT = env_int("PLUMB_HEADER_TIMEOUT", 10, minimum=1)
+PLUMB_MAX_CONNECTIONS = env_int("PLUMB_MAX_CONNECTIONS", 2 * PLUMB_PARKED_POLLS + 200, minimum=1)
 
 PLUMB_SESSION_TTL = env_int("PLUMB_SESSION_TTL", 300, minimum=1)
 # Requests of one server process that run at once (0: as many as threads).

@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 from drf_spectacular.renderers import OpenApiJsonRenderer
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -27,5 +28,11 @@ urlpatterns = [
     path("metrics", views.metrics, name="metrics"),
     path("mcp", include("plumb_site.mcp.urls")),
     path("api/v1/", include(api_patterns)),
+    # APPEND_SLASH is off (its redirect would drop a POST body); this address people type.
+    path(
+        "admin",
+        RedirectView.as_view(pattern_name="admin:index", permanent=True, query_string=True),
+        name="admin-slash",
+    ),
     path("admin/", admin.site.urls),
 ]

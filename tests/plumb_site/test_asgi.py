@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from prometheus_client import REGISTRY
 
 import plumb_site.asgi as front
 from common import gate as gate_module
@@ -40,22 +42,32 @@ def scope(method: str = "GET", path: str = "/healthz", headers=()) -> dict:
     }
 
 
+async def stays() -> None:
+    """A client that keeps its connection open (until the front stops listening)."""
+    await asyncio.Event().wait()
+
+
+async def leaves() -> None:
+    """A client that closes its connection once its chunks are out."""
+
+
 class Client:
     """The client side of one ASGI request: what it sends, and what it got back."""
 
-    def __init__(self, chunks=(), *, then=None) -> None:
+    def __init__(self, chunks=(), *, then=stays) -> None:
         self.chunks = list(chunks)
-        self.then = then  # awaited once the chunks are out: a trickle that stalls
+        self.then = then  # awaited once the chunks are out; then the client leaves
         self.reads = 0
         self.sent: list[dict] = []
+        self.left = threading.Event()  # its leaving has reached the front
 
     async def receive(self) -> dict:
         self.reads += 1
         if self.chunks:
             body, more = self.chunks.pop(0)
             return {"type": "http.request", "body": body, "more_body": more}
-        if self.then is not None:
-            await self.then()
+        await self.then()
+        self.left.set()
         return {"type": "http.disconnect"}
 
     async def send(self, message: dict) -> None:
@@ -155,12 +167,21 @@ def test_the_body_deadline_holds_when_the_servers_receive_swallows_a_cancellatio
     assert client.reads < 10
 
 
-def test_a_client_gone_before_its_body_arrived_is_logged_as_499_not_500():
-    client = Client([(b"{", True)])  # then a disconnect
+def counted(operation: str, method: str, status: int, what: str = "total") -> float:
+    """plumb_requests_total (or a duration's ``sum``) for these labels, in this process."""
+    name = "plumb_requests_total" if what == "total" else f"plumb_request_duration_seconds_{what}"
+    labels = {"operation": operation, "method": method, "status": str(status)}
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_a_client_gone_before_its_body_arrived_is_logged_and_counted_as_499_not_500():
+    client = Client([(b"{", True)], then=leaves)
+    before = counted("notes", "POST", 499)
 
     run(client, scope("POST", "/api/v1/notes/", [("content-length", "100")]))
 
     assert client.status == 499
+    assert counted("notes", "POST", 499) - before == 1
 
 
 @pytest.mark.django_db(transaction=True)
@@ -285,6 +306,31 @@ def staying() -> Client:
     return client
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_client_that_leaves_while_django_answers_is_answered_and_counted_as_499(monkeypatch):
+    django = front._django
+    before = counted("healthz", "GET", 499)
+
+    async def scenario() -> Client:
+        loop = asyncio.get_running_loop()
+        client = staying()
+
+        def answer_once_the_client_has_left(*args):
+            outcome = django(*args)
+            loop.call_soon_threadsafe(client.leave.set)
+            assert client.left.wait(10)
+            return outcome
+
+        monkeypatch.setattr(front, "_django", answer_once_the_client_has_left)
+        await asyncio.wait_for(front.application(scope(), client.receive, client.send), 10)
+        return client
+
+    client = asyncio.run(scenario())
+
+    assert client.status == 499
+    assert counted("healthz", "GET", 499) - before == 1
+
+
 def test_a_waiting_call_parks_and_its_thread_serves_others_meanwhile(one_thread, mailbox):
     async def scenario() -> tuple[Client, Client]:
         poll = staying()
@@ -340,7 +386,7 @@ def test_a_call_of_the_session_one_too_many_ends_a_parked_one(one_thread, mailbo
     assert [note["body"] for note in newer.json()["notes"]] == ["for the newer"]
 
 
-def test_a_parked_call_whose_client_leaves_is_let_go(one_thread, mailbox):
+def test_a_parked_call_whose_client_leaves_is_let_go_and_counted_as_499(one_thread, mailbox):
     async def scenario() -> Client:
         poll = staying()
         waiting = asyncio.create_task(
@@ -355,11 +401,35 @@ def test_a_parked_call_whose_client_leaves_is_let_go(one_thread, mailbox):
         await asyncio.wait_for(waiting, 10)
         return poll
 
+    before = counted("notes", "GET", 499)
     poll = asyncio.run(scenario())
 
     assert poll.status == 499
+    assert counted("notes", "GET", 499) - before == 1
     assert front.parked_calls() == 0
     assert wake.subscriptions() == 0
+
+
+def test_a_parked_calls_counted_duration_holds_its_wait(one_thread, mailbox):
+    before = counted("notes", "GET", 200, "sum")
+
+    async def scenario() -> Client:
+        poll = staying()
+        await asyncio.wait_for(
+            front.application(
+                authorized("/api/v1/notes/?wait=1", mailbox["bob"].raw_token),
+                poll.receive,
+                poll.send,
+            ),
+            10,
+        )
+        return poll
+
+    poll = asyncio.run(scenario())
+
+    assert poll.json()["notes"] == []
+    # It parked for its whole second: the duration cannot be shorter.
+    assert counted("notes", "GET", 200, "sum") - before >= 1.0
 
 
 def test_past_the_parked_bound_a_call_waits_in_its_thread(mailbox, settings):
@@ -393,13 +463,13 @@ def test_a_poll_whose_wait_ran_out_answers_with_the_queries_of_a_plain_check(
     runs: list[tuple[bool, int]] = []
     django = front._django
 
-    def counted(request_scope, body, may_park, resumed):
+    def with_queries(request_scope, body, may_park, resumed, *labels):
         with CaptureQueriesContext(connection) as queries:
-            outcome = django(request_scope, body, may_park, resumed)
+            outcome = django(request_scope, body, may_park, resumed, *labels)
         runs.append((resumed is not None, len(queries)))
         return outcome
 
-    monkeypatch.setattr(front, "_django", counted)
+    monkeypatch.setattr(front, "_django", with_queries)
     token = mailbox["bob"].raw_token
     plain = run(Client([(b"", False)]), authorized("/api/v1/notes/", token))
     poll = staying()

@@ -351,6 +351,50 @@ def test_an_unknown_api_path_is_json_even_for_a_browser(settings):
     assert_error(response, 404, "not_found")
 
 
+@pytest.mark.parametrize("debug", [False, True], ids=["debug-off", "debug-on"])
+@pytest.mark.parametrize("accept", [None, "application/json", "*/*"], ids=["none", "json", "any"])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/nope"),
+        ("POST", "/wp-login.php"),
+        ("GET", "/static/nope.css"),
+        ("GET", "/healthz/"),
+        ("GET", "/adminx"),
+    ],
+)
+def test_an_unknown_path_outside_the_api_is_a_json_not_found(settings, method, path, accept, debug):
+    settings.DEBUG = debug
+    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
+
+    response = call(Client(), method, path, **headers)
+
+    assert_error(response, 404, "not_found")
+
+
+def test_a_browser_may_get_a_page_for_an_unknown_path_outside_the_api():
+    response = Client().get("/nope", HTTP_ACCEPT="text/html,application/xhtml+xml")
+
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
+
+
+def test_the_admin_keeps_its_own_pages():
+    response = Client().get("/admin/nope/", HTTP_ACCEPT="application/json")
+
+    # Django's admin sends a visitor who is not signed in to its login page.
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+
+
+@pytest.mark.parametrize("query", ["", "?next=x"])
+def test_the_admin_without_its_slash_redirects_to_it(query):
+    response = Client().get(f"/admin{query}")
+
+    assert response.status_code == 301
+    assert response["Location"] == f"/admin/{query}"
+
+
 @pytest.mark.parametrize(
     ("method", "path", "client_fixture", "allowed"),
     [

@@ -1,4 +1,5 @@
-"""Settings read at start: LOG_FORMAT and PLUMB_METRICS_TOKEN (README, Configuration).
+"""Settings read at start: LOG_FORMAT, PLUMB_METRICS_TOKEN and the connection bounds
+(README, Configuration).
 
 Each case starts a Python process of its own: settings are read once, at
 start, and a malformed value must stop that start with a message naming the
@@ -68,6 +69,10 @@ def test_the_plain_log_format_is_the_default(tmp_path):
         ("PLUMB_METRICS_TOKEN", "short"),
         ("PLUMB_METRICS_TOKEN", "has a space in it, 16+"),
         ("PLUMB_METRICS_TOKEN", "non-ascii-token-é-0123"),
+        ("PLUMB_HEADER_TIMEOUT", "10s"),
+        ("PLUMB_HEADER_TIMEOUT", "0"),
+        ("PLUMB_MAX_CONNECTIONS", "lots"),
+        ("PLUMB_MAX_CONNECTIONS", "0"),
     ],
 )
 def test_a_malformed_value_stops_the_start_naming_the_variable(tmp_path, variable, value):

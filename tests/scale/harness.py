@@ -349,10 +349,10 @@ class PlumbServer:
         size = self.access_log.stat().st_size if self.access_log.exists() else 0
         self.counting_from = (self.starts, size)
 
-    def answered(self) -> list[tuple[int, int]]:
-        """(worker pid, status) of every request answered since ``count_from_here``,
-        over every start of this server, from the access logs."""
-        rows = []
+    def access_lines(self) -> list[str]:
+        """The access-log lines written since ``count_from_here``, over every start
+        of this server: ``<pid> status method path`` each."""
+        lines = []
         first, offset = self.counting_from
         for start in range(first, self.starts + 1):
             path = self.workdir / f"access-{start}.log"
@@ -360,12 +360,18 @@ class PlumbServer:
                 continue
             with path.open("rb") as log:
                 log.seek(offset if start == first else 0)
-                text = log.read().decode(errors="replace")
-            for line in text.splitlines():
-                pid, status, *_ = [*line.split(), "", ""]
-                pid = pid.strip("<>")  # gunicorn writes the pid as <1234>
-                if pid.isdigit() and status.isdigit():
-                    rows.append((int(pid), int(status)))
+                lines.extend(log.read().decode(errors="replace").splitlines())
+        return lines
+
+    def answered(self) -> list[tuple[int, int]]:
+        """(worker pid, status) of every request answered since ``count_from_here``,
+        from the access logs."""
+        rows = []
+        for line in self.access_lines():
+            pid, status, *_ = [*line.split(), "", ""]
+            pid = pid.strip("<>")  # gunicorn writes the pid as <1234>
+            if pid.isdigit() and status.isdigit():
+                rows.append((int(pid), int(status)))
         return rows
 
     def workers_serving(self) -> Counter:
@@ -405,6 +411,50 @@ def call(
             return response.status, _json(response.read())
     except urllib.error.HTTPError as error:
         return error.code, _json(error.read())
+
+
+def connect(server: PlumbServer, *, timeout: float = 30) -> socket.socket:
+    """A raw socket to the server, for a test that writes the bytes itself."""
+    return socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+
+
+def read_response(sock: socket.socket, timeout: float) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of the one response on ``sock`` (which then closes)."""
+    sock.settimeout(timeout)
+    raw = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        raw += chunk
+    return _parse_response(raw)
+
+
+def read_kept_alive_response(
+    sock: socket.socket, timeout: float
+) -> tuple[int, dict[str, str], bytes]:
+    """One response on a connection that stays open: read up to its Content-Length."""
+    sock.settimeout(timeout)
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed before a whole response head: {raw[:200]!r}")
+        raw += chunk
+    status, headers, body = _parse_response(raw)
+    while len(body) < int(headers.get("content-length", 0)):
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed before the whole response body")
+        body += chunk
+    return status, headers, body
+
+
+def _parse_response(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    return int(lines[0].split()[1]), {k.lower(): v for k, v in headers.items()}, body
 
 
 def _json(raw: bytes) -> dict:

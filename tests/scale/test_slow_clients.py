@@ -17,7 +17,6 @@ import socket
 import statistics
 import threading
 import time
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -29,8 +28,10 @@ from tests.scale.harness import (
     Api,
     PlumbServer,
     call,
+    connect,
     database_url,
     polls_waiting,
+    read_response,
     report,
     run_threads,
 )
@@ -66,26 +67,6 @@ def timed(method: str, url: str, **kwargs) -> tuple[float, int, dict]:
     started = time.monotonic()
     status, body = call(method, url, timeout=30, **kwargs)
     return time.monotonic() - started, status, body
-
-
-def connect(server: PlumbServer) -> socket.socket:
-    url = urlsplit(server.url)
-    return socket.create_connection((url.hostname, url.port), timeout=30)
-
-
-def read_response(sock: socket.socket, timeout: float) -> tuple[int, dict[str, str], bytes]:
-    """Status, headers and body of the one response on ``sock`` (which then closes)."""
-    sock.settimeout(timeout)
-    raw = b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        raw += chunk
-    head, _, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
-    return int(lines[0].split()[1]), {k.lower(): v for k, v in headers.items()}, body
 
 
 def max_and_median(seconds: list[float]) -> str:

@@ -1,0 +1,284 @@
+"""The asgi worker's own rules (plumb_site/asgi_worker.py), without a server.
+
+Which connection makes room past the cap, the bounded log, the file limit,
+the 499 of the access log, and the gunicorn names the worker builds on.
+``tests/scale/test_connections.py`` and ``test_slow_clients.py`` show the
+same against a real server.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import resource
+from types import SimpleNamespace
+
+import pytest
+from gunicorn.asgi.protocol import ASGIProtocol
+from gunicorn.workers import gasgi
+
+from common.logs import BoundedLog
+from plumb_site import asgi_worker
+from plumb_site.asgi_worker import SHED_SCAN, Connections, PlumbProtocol, fit_file_limit
+
+
+class Count:
+    """Stands for a gauge or a counter's child."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self) -> None:
+        self.value += 1
+
+    def dec(self) -> None:
+        self.value -= 1
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.children: dict[str, Count] = {}
+
+    def labels(self, reason: str) -> Count:
+        return self.children.setdefault(reason, Count())
+
+
+class Connection:
+    def __init__(self, name: str, *, unread: bool = False) -> None:
+        self.name = name
+        self.unread = unread
+        self.shed_count = 0
+
+    def has_unread(self) -> bool:
+        return self.unread
+
+    def shed(self) -> None:
+        self.shed_count += 1
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def connections(limit: int) -> tuple[Connections, Count]:
+    gauge = Count()
+    return Connections(limit, open_gauge=gauge, closed_counter=Counter()), gauge
+
+
+def test_past_the_cap_the_connection_that_waited_longest_for_a_head_makes_room():
+    held, gauge = connections(3)
+    first, second, third, fourth = (Connection(name) for name in ("1", "2", "3", "4"))
+    for connection in (first, second, third):
+        assert held.admit(connection)
+
+    assert held.admit(fourth)
+
+    assert (first.shed_count, second.shed_count) == (1, 0)
+    assert len(held) == 3
+    assert gauge.value == 3
+
+
+def test_a_connection_with_a_request_under_way_is_never_shed():
+    held, _ = connections(2)
+    serving, idle, new = Connection("serving"), Connection("idle"), Connection("new")
+    held.admit(serving)
+    held.admit(idle)
+    held.busy(serving)
+
+    assert held.admit(new)
+
+    assert (serving.shed_count, idle.shed_count) == (0, 1)
+
+
+def test_when_every_connection_held_is_busy_the_newcomer_is_refused():
+    held, gauge = connections(2)
+    for name in ("a", "b"):
+        connection = Connection(name)
+        held.admit(connection)
+        held.busy(connection)
+
+    assert not held.admit(Connection("c"))
+    assert len(held) == 2
+    assert gauge.value == 2
+
+
+def test_a_connection_idle_again_after_its_answer_goes_to_the_back_of_the_line():
+    held, _ = connections(2)
+    kept_alive, silent = Connection("kept-alive"), Connection("silent")
+    held.admit(kept_alive)
+    held.admit(silent)
+    held.busy(kept_alive)
+    held.waiting(kept_alive)  # its answer is out
+
+    held.admit(Connection("new"))
+
+    assert (kept_alive.shed_count, silent.shed_count) == (0, 1)
+
+
+def test_a_head_not_yet_read_keeps_its_connection():
+    held, _ = connections(2)
+    arriving, silent = Connection("arriving", unread=True), Connection("silent")
+    held.admit(arriving)
+    held.admit(silent)
+
+    held.admit(Connection("new"))
+
+    assert (arriving.shed_count, silent.shed_count) == (0, 1)
+
+
+def test_past_so_many_heads_not_yet_read_the_newcomer_is_refused():
+    held, _ = connections(SHED_SCAN + 1)
+    arriving = [Connection(str(i), unread=True) for i in range(SHED_SCAN)]
+    for connection in [*arriving, Connection("silent, but newer than all of them")]:
+        held.admit(connection)
+
+    assert not held.admit(Connection("new"))
+    assert sum(connection.shed_count for connection in arriving) == 0
+
+
+def test_a_released_connection_frees_its_place_once():
+    held, gauge = connections(1)
+    gone = Connection("gone")
+    held.admit(gone)
+    held.busy(gone)
+
+    held.release(gone)
+    held.release(gone)  # connection_lost after the worker let it go
+
+    assert held.admit(Connection("next"))
+    assert gauge.value == 1
+    assert gone.shed_count == 0
+
+
+def test_connections_closed_are_counted_by_reason():
+    counter = Counter()
+    held = Connections(1, open_gauge=Count(), closed_counter=counter)
+
+    held.count_closed("shed")
+    held.count_closed("shed")
+    held.count_closed("header_timeout")
+
+    assert {reason: child.value for reason, child in counter.children.items()} == {
+        "header_timeout": 1,
+        "shed": 2,
+        "refused": 0,
+    }
+
+
+# --- a bounded log ---------------------------------------------------------------------------
+
+
+def test_a_bounded_log_writes_one_line_per_interval_and_counts_the_rest():
+    written: list[str] = []
+    now = [100.0]
+    log = BoundedLog(lambda message, *args: written.append(message % args), clock=lambda: now[0])
+
+    for _ in range(1000):
+        log("refused %s", "one")
+    now[0] += 10
+    log("refused %s", "another")
+
+    assert written == [
+        "refused one",
+        "refused another (and 999 more like it in the last 10 s)",
+    ]
+
+
+# --- the open-file limit ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("limits", "connections", "raised_to", "held"),
+    [
+        pytest.param((1024, 1_048_576), 2200, 2200 + asgi_worker.FILE_RESERVE, 2200, id="raised"),
+        pytest.param((1024, 2048), 2200, 2048, 2048 - asgi_worker.FILE_RESERVE, id="hard-short"),
+        pytest.param((65536, 65536), 2200, None, 2200, id="enough"),
+    ],
+)
+def test_the_file_limit_is_raised_to_fit_the_cap_or_the_cap_lowered(
+    monkeypatch, limits, connections, raised_to, held
+):
+    calls = []
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: limits)
+    monkeypatch.setattr(resource, "setrlimit", lambda _which, values: calls.append(values))
+
+    assert fit_file_limit(connections) == held
+    assert calls == ([] if raised_to is None else [(raised_to, limits[1])])
+
+
+# --- what gunicorn logs -------------------------------------------------------------------------
+
+
+def access_logged(status: int, headers: list, closed: bool) -> int:
+    logged = []
+    gunicorn_log = SimpleNamespace(access=lambda resp, *_: logged.append(resp.status))
+    connection = SimpleNamespace(_closed=closed)
+    log = asgi_worker._ConnectionLog(gunicorn_log, connection)
+
+    log.access(SimpleNamespace(status=status, headers=headers), None, {}, None)
+
+    return logged[0]
+
+
+def test_a_request_whose_client_left_unanswered_is_logged_499():
+    assert access_logged(500, [], closed=True) == 499
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "closed"),
+    [
+        pytest.param(500, [], False, id="the-application-answered-nothing"),
+        pytest.param(500, [("content-type", "application/json")], True, id="a-500-it-sent"),
+        pytest.param(200, [("content-type", "application/json")], True, id="answered-then-gone"),
+    ],
+)
+def test_any_other_request_is_logged_as_it_was_answered(status, headers, closed):
+    assert access_logged(status, headers, closed) == status
+
+
+def test_gunicorns_own_refusals_are_written_in_the_json_shape():
+    written = []
+    connection = PlumbProtocol.__new__(PlumbProtocol)
+    connection._safe_write = written.append
+
+    connection._send_error_response(503, "Every connection held is busy.", [("Retry-After", "1")])
+
+    head, _, body = written[0].partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 503 Service Unavailable"
+    assert b"Retry-After: 1" in head.split(b"\r\n")
+    assert json.loads(body) == {
+        "error": {
+            "code": "too_many_connections",
+            "message": asgi_worker.MESSAGES[503],
+            "details": {"reason": "Every connection held is busy."},
+        }
+    }
+
+
+# --- the gunicorn names this builds on ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "_send_error_response",
+        "_on_headers_complete",
+        "_arm_keepalive_timer",
+        "_close_transport",
+        "_safe_write",
+        "connection_made",
+        "connection_lost",
+        "data_received",
+    ],
+)
+def test_the_protocol_methods_the_worker_overrides_are_gunicorns(name):
+    assert callable(getattr(ASGIProtocol, name, None)), f"gunicorn's ASGIProtocol.{name} is gone"
+
+
+def test_the_names_the_worker_swaps_and_wraps_are_gunicorns():
+    # _serve builds each connection's protocol from the module's name for it.
+    assert "ASGIProtocol(self)" in inspect.getsource(gasgi.ASGIWorker._serve)
+    assert "self.loop.create_server(" in inspect.getsource(gasgi.ASGIWorker._serve)
+    assert callable(getattr(gasgi.ASGIWorker, "_setup_event_loop", None))
+    source = ASGIProtocol.__init__.__code__.co_names
+    for attribute in ("_request_ready", "_closed", "log", "worker"):
+        assert attribute in source, attribute
