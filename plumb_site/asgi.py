@@ -50,7 +50,7 @@ from django.core.signals import request_finished
 from django.urls import Resolver404, get_resolver
 
 from common import metrics, wake
-from common.errors import error_body
+from plumb_site.mcp.jsonrpc import refused_before_reading
 from plumb_site.wsgi import application as wsgi_application
 
 Scope = dict[str, Any]
@@ -130,8 +130,9 @@ def _too_large(limit: int) -> _Refused:
     )
 
 
-async def _refuse(send: Send, refusal: _Refused) -> None:
-    payload = json.dumps(error_body(refusal.code, refusal.message)).encode()
+async def _refuse(send: Send, refusal: _Refused, path: str) -> None:
+    body = refused_before_reading(path, refusal.status, refusal.code, refusal.message)
+    payload = json.dumps(body).encode()
     await send(
         {
             "type": "http.response.start",
@@ -280,7 +281,7 @@ async def _respond(scope: Scope, receive: Receive, send: Send, labels: dict) -> 
             raise _too_large(limit)
         body = await _body(receive, limit, settings.PLUMB_BODY_TIMEOUT)
     except _Refused as refusal:
-        await _refuse(send, refusal)
+        await _refuse(send, refusal, scope["path"])
         return refusal.status
     except _Gone:
         return await _answer_gone(send)

@@ -5,29 +5,27 @@ import os
 from django.conf import settings
 from django.core.wsgi import get_wsgi_application
 
-from common.errors import error_body
 from common.gate import gate
+from plumb_site.mcp.jsonrpc import refused_before_reading
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "plumb_site.settings")
 
 django_application = get_wsgi_application()
 
 
-def _error(status: str, message: str, *, code: str = "bad_request") -> tuple[str, bytes]:
-    return status, json.dumps(error_body(code, message)).encode()
-
-
-_BAD_CONTENT_TYPE = _error("400 Bad Request", "The Content-Type header is malformed.")
-_UNREADABLE_BODY = _error("400 Bad Request", "The request body could not be read.")
-_TOO_LARGE = _error(
+_BAD_CONTENT_TYPE = ("400 Bad Request", "bad_request", "The Content-Type header is malformed.")
+_UNREADABLE_BODY = ("400 Bad Request", "bad_request", "The request body could not be read.")
+_TOO_LARGE = (
     "413 Request Entity Too Large",
+    "request_too_large",
     "The request body is larger than the server accepts.",
-    code="request_too_large",
 )
 
 
-def _refuse(start_response, refusal: tuple[str, bytes]) -> list[bytes]:
-    status, body = refusal
+def _refuse(start_response, refusal: tuple[str, str, str], path: str) -> list[bytes]:
+    status, code, message = refusal
+    answer = refused_before_reading(path, int(status.split()[0]), code, message)
+    body = json.dumps(answer).encode()
     start_response(
         status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     )
@@ -47,17 +45,17 @@ def application(environ, start_response):
     instead of a plain-text 500.
     """
     if "\x00" in environ.get("CONTENT_TYPE", ""):
-        return _refuse(start_response, _BAD_CONTENT_TYPE)
+        return _refuse(start_response, _BAD_CONTENT_TYPE, environ.get("PATH_INFO", ""))
     try:
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
         length = 0  # as Django reads it
     if length > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-        return _refuse(start_response, _TOO_LARGE)
+        return _refuse(start_response, _TOO_LARGE, environ.get("PATH_INFO", ""))
     if length > 0:
         try:
             environ["wsgi.input"] = io.BytesIO(environ["wsgi.input"].read(length))
         except OSError:
-            return _refuse(start_response, _UNREADABLE_BODY)
+            return _refuse(start_response, _UNREADABLE_BODY, environ.get("PATH_INFO", ""))
     with gate().admitted():
         return django_application(environ, start_response)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.http import HttpRequest
@@ -29,6 +28,18 @@ from common.errors import PlumbError, exception_handler
 from common.schema import schema_fingerprint
 from mailbox import callers
 from plumb_site.mcp import identity, tools
+from plumb_site.mcp.jsonrpc import (
+    HEADER_MISMATCH,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    REFUSED,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    Reply,
+    RpcError,
+    error_reply,
+)
 from plumb_site.mcp.schemas import TOOLS, TOOLS_BY_NAME
 
 logger = logging.getLogger("plumb.mcp")
@@ -36,19 +47,6 @@ logger = logging.getLogger("plumb.mcp")
 MODERN_VERSIONS = ("2026-07-28",)
 HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 SUPPORTED_VERSIONS = (*MODERN_VERSIONS, *HANDSHAKE_VERSIONS)  # newest first
-
-# JSON-RPC 2.0 codes, and those the MCP specification allocates.
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-HEADER_MISMATCH = -32020
-UNSUPPORTED_PROTOCOL_VERSION = -32022
-# plumb's own, outside the reserved range: the request was refused the way
-# REST refuses it (authentication, rate limit, identity); ``data`` is the
-# REST error object, ``{"error": {"code", "message", "details"}}``.
-REFUSED = -31000
 
 VERSION_HEADER = "MCP-Protocol-Version"
 METHOD_HEADER = "Mcp-Method"
@@ -77,42 +75,6 @@ LIST_TTL_MS = 300_000
 
 _LEGACY_METHODS = frozenset({"initialize", "ping", "tools/list", "tools/call"})
 _MODERN_METHODS = frozenset({"server/discover", "tools/list", "tools/call"})
-
-
-@dataclass
-class Reply:
-    """What to answer over HTTP: a status, a JSON body (or none) and extra headers.
-
-    ``operation`` and ``tool_status`` are what the request metrics count it
-    as (``metrics.label_request``): one URL serves every tool, and a tool's
-    domain error is a 200 HTTP response that stands for its REST status.
-    """
-
-    status: int
-    body: dict[str, Any] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    operation: str | None = None
-    tool_status: int | None = None
-
-
-class RpcError(Exception):
-    def __init__(self, code: int, message: str, *, status: int = 200, data: Any = None):
-        super().__init__(message)
-        self.code, self.message, self.status, self.data = code, message, status, data
-
-
-def error_reply(
-    status: int, code: int, message: str, *, request_id: Any = None, data: Any = None
-) -> Reply:
-    """A JSON-RPC error response; without ``id`` when the request's id is unknown."""
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    body: dict[str, Any] = {"jsonrpc": "2.0"}
-    if request_id is not None:
-        body["id"] = request_id
-    body["error"] = error
-    return Reply(status, body)
 
 
 def handle(request: HttpRequest, message: Any) -> Reply:

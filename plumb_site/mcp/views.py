@@ -21,7 +21,7 @@ from rest_framework.exceptions import ParseError
 
 from common import metrics
 from common.parsers import MAX_DEPTH, check_json_value
-from plumb_site.mcp import protocol
+from plumb_site.mcp import jsonrpc, protocol
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 
@@ -31,25 +31,25 @@ def endpoint(request: HttpRequest) -> HttpResponse:
     if not origin_allowed(request.headers.get("Origin")):
         # A browser page on another origin must not drive a local server (DNS rebinding).
         return _http(
-            protocol.error_reply(403, protocol.INVALID_REQUEST, "This Origin is not allowed.")
+            jsonrpc.error_reply(403, jsonrpc.INVALID_REQUEST, "This Origin is not allowed.")
         )
     if request.method != "POST":
-        reply = protocol.error_reply(
-            405, protocol.INVALID_REQUEST, "Send JSON-RPC messages with POST; nothing else here."
+        reply = jsonrpc.error_reply(
+            405, jsonrpc.INVALID_REQUEST, "Send JSON-RPC messages with POST; nothing else here."
         )
         reply.headers["Allow"] = "POST"
         return _http(reply)
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     declared = request.META.get("CONTENT_LENGTH") or "0"
     if not declared.isdigit():
-        return _http(protocol.error_reply(400, protocol.INVALID_REQUEST, "Bad Content-Length."))
+        return _http(jsonrpc.error_reply(400, jsonrpc.INVALID_REQUEST, "Bad Content-Length."))
     if int(declared) > limit:
         return _http(_too_large(limit))
     charset = request.content_params.get("charset", "utf-8").lower()
     if request.content_type != "application/json" or charset not in {"utf-8", "utf8"}:
         return _http(
-            protocol.error_reply(
-                415, protocol.INVALID_REQUEST, "Send a UTF-8 JSON body (application/json)."
+            jsonrpc.error_reply(
+                415, jsonrpc.INVALID_REQUEST, "Send a UTF-8 JSON body (application/json)."
             )
         )
     raw = request.read(limit + 1)
@@ -58,7 +58,7 @@ def endpoint(request: HttpRequest) -> HttpResponse:
     try:
         message = _parse(raw)
     except ValueError as exc:
-        return _http(protocol.error_reply(400, protocol.PARSE_ERROR, f"Parse error: {exc}"))
+        return _http(jsonrpc.error_reply(400, jsonrpc.PARSE_ERROR, f"Parse error: {exc}"))
     reply = protocol.handle(request, message)
     metrics.label_request(request, operation=reply.operation, status=reply.tool_status)
     return _http(reply)
@@ -81,9 +81,9 @@ def origin_allowed(origin: str | None) -> bool:
     return parts.scheme in {"http", "https"} and host in LOCAL_HOSTS
 
 
-def _too_large(limit: int) -> protocol.Reply:
-    return protocol.error_reply(
-        413, protocol.INVALID_REQUEST, f"The request body is larger than {limit} bytes."
+def _too_large(limit: int) -> jsonrpc.Reply:
+    return jsonrpc.error_reply(
+        413, jsonrpc.INVALID_REQUEST, f"The request body is larger than {limit} bytes."
     )
 
 
@@ -115,7 +115,7 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _http(reply: protocol.Reply) -> HttpResponse:
+def _http(reply: jsonrpc.Reply) -> HttpResponse:
     if reply.body is None:
         response = HttpResponse(status=reply.status)
         del response["Content-Type"]

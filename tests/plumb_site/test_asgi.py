@@ -105,6 +105,28 @@ def test_a_declared_length_past_the_limit_is_refused_before_a_byte_is_read(setti
     assert client.reads == 0
 
 
+@pytest.mark.parametrize(
+    ("headers", "chunks"),
+    [
+        ([("content-length", "9999999")], [(b"x", True)]),
+        ([("transfer-encoding", "chunked")], [(b"x" * 1000, True)] * 100),
+    ],
+    ids=["declared", "chunked"],
+)
+def test_an_oversize_mcp_request_is_refused_in_json_rpc(settings, headers, chunks):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
+    client = Client(chunks)
+
+    run(client, scope("POST", "/mcp", [("content-type", "application/json"), *headers]))
+
+    assert client.status == 413
+    body = client.json()
+    assert body["jsonrpc"] == "2.0"
+    assert "id" not in body  # the request's id was never read
+    assert body["error"]["code"] == -32600
+    assert body["error"]["data"]["error"]["code"] == "request_too_large"
+
+
 def test_a_body_without_a_declared_length_is_cut_off_at_the_limit(settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
     client = Client([(b"x" * 1000, True)] * 100)

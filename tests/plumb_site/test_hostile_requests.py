@@ -665,6 +665,29 @@ def test_under_a_plain_wsgi_server_a_declared_body_past_the_limit_is_refused_unr
     assert json.loads(body)["error"]["code"] == "request_too_large"
 
 
+def test_under_a_plain_wsgi_server_an_oversize_mcp_request_is_refused_in_json_rpc(settings):
+    from plumb_site.wsgi import application
+
+    captured = {}
+    body = b"".join(
+        application(
+            {
+                "REQUEST_METHOD": "POST",
+                "PATH_INFO": "/mcp",
+                "CONTENT_TYPE": "application/json",
+                "CONTENT_LENGTH": str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1),
+                "wsgi.input": io.BytesIO(b""),
+            },
+            lambda status, headers: captured.update(status=status),
+        )
+    )
+
+    assert captured["status"].startswith("413")
+    answer = json.loads(body)
+    assert answer["error"]["code"] == -32600
+    assert answer["error"]["data"]["error"]["code"] == "request_too_large"
+
+
 @pytest.mark.django_db
 def test_options_is_an_undocumented_method(session_client):
     response = session_client.options("/api/v1/sessions/current/")
