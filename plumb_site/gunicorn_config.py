@@ -34,13 +34,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
 from gunicorn import glogging
 
 from common.logs import JsonFormatter
-from plumb_site import settings as plumb_settings
+
+try:
+    from plumb_site import settings as plumb_settings
+except ImproperlyConfigured as exc:
+    # One line naming the variable and what it accepts, before any worker starts.
+    sys.exit(f"plumb: {exc}")
 
 METRICS_DIR = Path(
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(plumb_settings.PLUMB_METRICS_DIR))

@@ -81,3 +81,38 @@ def test_a_malformed_value_stops_the_start_naming_the_variable(tmp_path, variabl
     assert done.returncode != 0
     assert "ImproperlyConfigured" in done.stderr
     assert variable in done.stderr.splitlines()[-1]
+
+
+def test_a_misconfigured_command_says_so_in_one_line(tmp_path):
+    """``make serve`` starts with ``manage.py``: a bad setting is one line, no traceback."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("PLUMB_", "LOG_"))}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=settings.BASE_DIR,
+        env={**environment, "PLUMB_VAR_DIR": str(tmp_path), "LOG_FORMAT": "xml"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode != 0
+    assert done.stderr.splitlines() == ["plumb: LOG_FORMAT must be one of plain, json, got 'xml'."]
+
+
+def test_a_misconfigured_server_says_so_in_one_line_before_any_worker(tmp_path):
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("PLUMB_", "LOG_"))}
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    done = subprocess.run(
+        [str(gunicorn), "--config", "python:plumb_site.gunicorn_config", "--check-config"],
+        cwd=settings.BASE_DIR,
+        env={**environment, "PLUMB_VAR_DIR": str(tmp_path), "PLUMB_MAX_CONNECTIONS": "lots"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].startswith("plumb: PLUMB_MAX_CONNECTIONS")
+    assert "Traceback" not in done.stderr
