@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from common import metrics, wake
 from common.gate import gate
@@ -256,14 +257,14 @@ def _record(session: Session, ticket: str, seconds: float) -> bool:
     other (on PostgreSQL after waiting for the row, then finding it changed)
     reads again and adds its ticket to the new list.
     """
-    expiry = int(time.time() + seconds) + 1
+    expiry = int(timezone.now().timestamp() + seconds) + 1
     while True:
         current = (
             Session.objects.filter(pk=session.pk).values_list("poll_tickets", flat=True).first()
         )
         if current is None:
             return False  # the session's row is gone: its name was freed
-        now = time.time()
+        now = timezone.now().timestamp()
         live = [entry for entry in current.split() if int(entry.partition("/")[2]) >= now]
         kept = [*live, f"{ticket}/{expiry}"]
         recorded = " ".join(kept[-WAITS_PER_SESSION:])
