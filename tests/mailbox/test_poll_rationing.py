@@ -49,8 +49,9 @@ def start_waiting(session: Session, *, places_taken: int) -> Poll:
     """A poll of ``session``, started and seen to hold its waiting place."""
     poll = Poll(session)
     poll.start()
+    # Until it holds its place and any call it pushed out has left it.
     deadline = time.monotonic() + PROMPT
-    while wakeups.waiting_polls() < places_taken and time.monotonic() < deadline:
+    while wakeups.waiting_polls() != places_taken and time.monotonic() < deadline:
         time.sleep(0.01)
     assert wakeups.waiting_polls() == places_taken
     return poll

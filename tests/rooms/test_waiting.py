@@ -69,8 +69,9 @@ def start(session: Session, call: Callable[[Session], Any], *, places_taken: int
     """A waiting call of ``session``, started and seen to hold its waiting place."""
     waiter = Waiter(session, call)
     waiter.start()
+    # Until it holds its place and any call it pushed out has left it.
     deadline = time.monotonic() + PROMPT
-    while wakeups.waiting_polls() < places_taken and time.monotonic() < deadline:
+    while wakeups.waiting_polls() != places_taken and time.monotonic() < deadline:
         if waiter.answered.is_set():
             break
         time.sleep(0.01)
