@@ -7,7 +7,7 @@ nothing to answer, and the *topics* of what it waits for; everything else is
 decided here, once. ``mailbox`` never imports ``rooms``: the room waits build
 their checks and topics in ``rooms`` and hand them in.
 
-A waiter subscribes to its topics (``common/wake.py``), runs its check, and
+A waiter subscribes to its topics (``common/wake/``), runs its check, and
 sleeps until a commit publishes one of them: a note publishes its
 recipient's topics (:func:`note_topics`), a room event its room's. That
 commit may come from this process, another process of the host, or (on

@@ -236,7 +236,7 @@ def _warm_up() -> None:
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
-    """Start: import the views, and listen for other processes' wake-ups (common/wake.py)."""
+    """Start: import the views, and listen for other processes' wake-ups (common/wake/)."""
     listening = None
     try:
         while True:

@@ -112,5 +112,5 @@ def append_event(room: Room, cursor=None, **fields: Any) -> Event:
 
 
 def room_topic(room_id: int) -> str:
-    """What a room's events publish, and its waiters wait on (common/wake.py)."""
+    """What a room's events publish, and its waiters wait on (common/wake/)."""
     return f"r:{room_id}"

@@ -1,4 +1,4 @@
-"""Wake-ups (common/wake.py): subscribe first, publish at commit, wake only the topics named.
+"""Wake-ups (common/wake/): subscribe first, publish at commit, wake only the topics named.
 
 Every wait below is bounded (``PROMPT``) and each test asserts what woke, so
 a test that passed only because time ran out would fail on ``woken``.
@@ -151,14 +151,12 @@ def publish_elsewhere(topic: str) -> None:
     if connection.vendor == "postgresql":
         import psycopg
 
-        params = {**wake._listen_params("default"), "application_name": "plumb-test"}
+        params = {**wake.postgres._listen_params("default"), "application_name": "plumb-test"}
         with psycopg.connect(**params) as other:
             other.execute("SELECT pg_notify(%s, %s)", [wake.CHANNEL, topic])
         return
     code = (
-        "import django; django.setup();"
-        "from common import wake;"
-        f"wake._send_to_host({topic!r}.split())"
+        f"import django; django.setup();from common import wake;wake.host.send({topic!r}.split())"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "plumb_site.settings"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
@@ -212,7 +210,7 @@ def test_a_socket_left_by_a_dead_process_is_removed(tmp_path, settings):
     sock.bind(str(stale))
     sock.close()  # the file stays; nobody reads it any more
 
-    wake._send_to_host(["r:1"])
+    wake.host.send(["r:1"])
 
     assert not stale.exists()
 
@@ -230,7 +228,7 @@ def queue_length() -> int:
 
 def host_publish(topics: list[str]) -> None:
     """One commit's publication to the other listeners of this host, as ``publish`` sends it."""
-    wake._send_to_host(topics)
+    wake.host.send(topics)
 
 
 def busy_listener(directory: Path) -> socket.socket:
@@ -310,7 +308,7 @@ def test_a_listener_busy_through_another_processs_burst_is_woken_for_all_of_it(t
     }
 
     async def scenario() -> tuple[list[str], int]:
-        listener = wake._HostListener(asyncio.get_running_loop())
+        listener = wake.host.Listener(asyncio.get_running_loop())
         subscriptions = [wake.subscribe([topic]) for topic in topics]
         try:
             sender = subprocess.Popen(
@@ -385,7 +383,7 @@ def own_socket_on_port(port: int) -> socket.socket | None:
 def test_the_listen_connection_sends_tcp_keepalives():
     """Without them a half-open connection (a host or NAT gone) is noticed after hours."""
     pg_only()
-    params = {**wake._listen_params("default"), "application_name": "plumb-test"}
+    params = {**wake.postgres._listen_params("default"), "application_name": "plumb-test"}
     if str(params.get("host", "")).startswith("/") or not params.get("host"):
         pytest.skip("the database is reached through a Unix socket: no TCP")
 
@@ -486,17 +484,17 @@ def test_a_dead_listen_connection_is_replaced_within_the_check_and_the_metric_sa
     pg_only()
     import psycopg
 
-    listener_params = wake._listen_params("default")
+    listener_params = wake.postgres._listen_params("default")
     params = {**listener_params, "application_name": "plumb-test"}
     if str(params.get("host", "")).startswith("/") or not params.get("host"):
         pytest.skip("the database is reached through a Unix socket: no TCP to relay")
     relay = Blackhole(params["host"], int(params.get("port", 5432)))
     monkeypatch.setattr(
-        wake, "_listen_params", lambda using: {**listener_params, "port": relay.port}
+        wake.postgres, "_listen_params", lambda using: {**listener_params, "port": relay.port}
     )
-    monkeypatch.setattr(wake, "CHECK_INTERVAL", 0.2, raising=False)
-    monkeypatch.setattr(wake, "CHECK_TIMEOUT", 0.5, raising=False)
-    monkeypatch.setattr(wake, "RECONNECT_DELAY", 0.1)
+    monkeypatch.setattr(wake.postgres, "CHECK_INTERVAL", 0.2)
+    monkeypatch.setattr(wake.postgres, "CHECK_TIMEOUT", 0.5)
+    monkeypatch.setattr(wake.postgres, "RECONNECT_DELAY", 0.1)
 
     async def scenario() -> tuple[bool, float | None, float | None, float]:
         await until(lambda: not listen_backends(params), "earlier tests' listeners gone")

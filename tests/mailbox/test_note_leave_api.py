@@ -282,7 +282,7 @@ def test_a_new_thread_to_a_connected_peer_takes_five_statements(
     # Authentication (which finds no note pending); the addressee with its
     # workspace and project, locked; the thread, inserted with its note counted;
     # the addressee's open session, locked; the note; both participants, in one;
-    # on PostgreSQL the wake-up's NOTIFY, inside the transaction (common/wake.py).
+    # on PostgreSQL the wake-up's NOTIFY, inside the transaction (common/wake/).
     # (Plus the test transaction's savepoint pair.)
     wake_notify = 0 if connection.vendor == "sqlite" else 1
     with django_assert_num_queries(1 + 5 + wake_notify + 2) as captured:

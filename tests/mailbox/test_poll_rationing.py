@@ -104,7 +104,7 @@ def test_a_poll_is_not_woken_by_its_own_announcement(mailbox, monkeypatch):
     publish = wake.publish
     monkeypatch.setattr(wake, "publish", lambda topics: published.extend(topics) or publish(topics))
     poll = start_waiting(mailbox["alice"], places_taken=1)
-    (subscription,) = wake._subscriptions[f"p:{mailbox['alice'].pk}"]
+    (subscription,) = wake.topics._subscriptions[f"p:{mailbox['alice'].pk}"]
 
     wake.deliver(published)  # as this process's LISTEN connection delivers it
 

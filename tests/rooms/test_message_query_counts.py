@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("_no_rate_limits")]
 # wait (rooms/services/sending.py).
 ROOM_LOCKED_FIRST = 0 if connection.vendor == "sqlite" else 1
 # On PostgreSQL the event's wake-up is a NOTIFY inside the send's transaction, so that
-# other hosts hear of it exactly at the commit (common/wake.py); on SQLite it is sent after.
+# other hosts hear of it exactly at the commit (common/wake/); on SQLite it is sent after.
 WAKE_NOTIFY = 0 if connection.vendor == "sqlite" else 1
 # Authentication (which also finds no note pending), the room locked with the caller's
 # membership and the unseen figures, the idempotency look-up, members for mentions, message

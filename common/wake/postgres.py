@@ -1,0 +1,129 @@
+"""Wake-ups between hosts: PostgreSQL's LISTEN/NOTIFY.
+
+A publishing transaction runs ``NOTIFY plumb_wake`` (``CHANNEL``), which
+PostgreSQL delivers at commit, and only then, to every listening connection:
+one per server process (``listen_forever``, from ``listen`` in the ASGI
+lifespan), this host's included.
+
+**No wake-up is lost** (SPEC §3.3). PostgreSQL queues each NOTIFY for every
+listening connection (up to 8 GB) and drops none. A listener that loses its
+connection connects again and wakes everything it serves: it may have
+missed publications meanwhile. A connection that dies silently (a host or
+a NAT that vanished: a half-open connection, which TCP alone notices only
+after hours) is found by TCP keepalives and by a check every
+``CHECK_INTERVAL`` seconds: a query unanswered within ``CHECK_TIMEOUT``
+ends it, and the listener connects again and wakes everything. So the
+wake-ups a dead connection swallowed come late, by those two intervals at
+most, and are never lost; ``plumb_wake_listen_heard_timestamp_seconds``
+says when the stalest listener last heard from PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from typing import TYPE_CHECKING
+
+from django.db import connections
+
+from common import metrics
+from common.wake.topics import WAKE_ALL, deliver
+
+if TYPE_CHECKING:
+    import psycopg
+
+# One logger for the package, whichever module writes: its records carry one name to match.
+logger = logging.getLogger("common.wake")
+
+CHANNEL = "plumb_wake"
+RECONNECT_DELAY = 1.0  # seconds before a lost LISTEN connection is opened again
+# The LISTEN connection's TCP keepalives (libpq's names): probes after 30 s of
+# silence, a dead peer given up after three more unanswered 10 s apart.
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+CHECK_INTERVAL = 10.0  # seconds between two checks that the LISTEN connection still answers
+CHECK_TIMEOUT = 5.0  # seconds a check waits for its answer before the connection is given up
+APPLICATION_NAME = "plumb-wake"  # how the LISTEN connections show in pg_stat_activity
+
+
+def _listen_params(using: str) -> dict:
+    conf = connections[using].settings_dict
+    params = {
+        key: value
+        for key, value in conf.get("OPTIONS", {}).items()
+        if key not in {"pool", "server_side_binding", "isolation_level", "assume_role"}
+    }
+    params.update(dbname=conf["NAME"], autocommit=True)
+    for key, name in (("user", "USER"), ("password", "PASSWORD"), ("host", "HOST")):
+        if conf.get(name):
+            params[key] = conf[name]
+    if conf.get("PORT"):
+        params["port"] = int(conf["PORT"])
+    for key, value in {**KEEPALIVES, "application_name": APPLICATION_NAME}.items():
+        params.setdefault(key, value)
+    return params
+
+
+async def listen_forever(using: str) -> None:
+    """Hold one LISTEN connection, forever; after any loss, reconnect and wake everyone."""
+    import psycopg
+
+    while True:
+        try:
+            conn = await psycopg.AsyncConnection.connect(**_listen_params(using))
+            try:
+                await _listen(conn)
+            finally:
+                await conn.close()  # not ``async with``: no rollback tried on a dead connection
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.warning("wake-ups: LISTEN connection lost; reconnecting", exc_info=True)
+        await asyncio.sleep(RECONNECT_DELAY)
+
+
+async def _listen(conn: psycopg.AsyncConnection) -> None:
+    await conn.execute(f"LISTEN {CHANNEL}")
+    metrics.WAKE_LISTEN_HEARD.set_to_current_time()
+    deliver([WAKE_ALL])  # anything published while we were not listening
+    while True:
+        async for notify in conn.notifies(timeout=CHECK_INTERVAL):
+            metrics.WAKE_LISTEN_HEARD.set_to_current_time()
+            deliver(notify.payload.split(" "))
+        # Notifications that come during the check wait for the next notifies().
+        await _check(conn)
+        metrics.WAKE_LISTEN_HEARD.set_to_current_time()
+
+
+class Unanswered(Exception):
+    """The LISTEN connection did not answer its periodic check in time."""
+
+
+async def _check(conn: psycopg.AsyncConnection) -> None:
+    """Raise unless ``conn`` answers a query within ``CHECK_TIMEOUT`` seconds.
+
+    A connection that does not answer is hung up under its query (``shutdown``:
+    psycopg still owns the descriptor), so the query fails at once. Cancelling
+    the query instead would have psycopg ask the server to cancel it and wait
+    for that, for seconds more.
+    """
+    query = asyncio.ensure_future(conn.execute("SELECT 1"))
+    try:
+        done, _ = await asyncio.wait({query}, timeout=CHECK_TIMEOUT)
+    finally:
+        if not query.done():  # unanswered, or the listener is stopping
+            with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+            query.add_done_callback(lambda task: task.cancelled() or task.exception())
+    if done:
+        query.result()
+        return
+    # Its failure, now quick, comes before the connection is closed under it.
+    await asyncio.wait({query}, timeout=CHECK_TIMEOUT)
+    raise Unanswered(f"no answer to a check within {CHECK_TIMEOUT:g} s: hung up")

@@ -1,0 +1,155 @@
+"""Topics, and this process's subscriptions to them.
+
+Subscriptions live in a dictionary of topics. A thread waits on an ``Event``;
+a coroutine of the server's event loop on a future
+(``Subscription.wait_async``), so a waiting request holds no thread.
+``deliver`` wakes them, whichever transport brought the publication: this
+process's own commit, another process of the host (``host.py``), or
+PostgreSQL (``postgres.py``).
+
+A publication may carry its publisher's *mark* (``"p:7#ab12"``): it wakes
+the subscriptions to its topic (``"p:7"``) except those made with the same
+mark. A waiter that announces itself (a poll superseding older polls of its
+session) is so never woken by its own announcement, which on PostgreSQL
+comes back to its process through LISTEN after it has subscribed: under
+load, those echoes were a third of the requests a poll server ran.
+
+A publication may carry a *number* (``"w:3@812"``: note 812, for whoever
+comes next to workspace 3) and a subscription a *ceiling* (``"w:3@800"``):
+the subscription is woken only by publications of its topic numbered at most
+its ceiling, or not numbered. A session receives the "next" notes whose ids
+are at most its watermark (SPEC §3.4), so a note sent after every waiting
+session started wakes none of them: none could receive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator
+
+WAKE_ALL = "*"  # a listener that may have missed publications wakes every subscription
+MARK = "#"  # "topic#mark": wakes the topic's subscriptions but those of that mark
+NUMBER = "@"  # "topic@n": published, a thing numbered n; subscribed, things numbered n at most
+
+
+class Subscription:
+    """One waiter's topics; woken at most once, by the first publication of any of them."""
+
+    def __init__(self, topics: Iterable[str], mark: str | None = None) -> None:
+        self.topics = frozenset(topics)  # as subscribed, ceilings included
+        self.mark = mark
+        ceilings: dict[str, list[int | None]] = {}
+        for spec in self.topics:
+            topic, _, ceiling = spec.partition(NUMBER)
+            ceilings.setdefault(topic, []).append(int(ceiling) if ceiling.isdigit() else None)
+        self.keys = frozenset(ceilings)
+        # A topic subscribed once without a ceiling has none.
+        self.ceilings = {t: max(c) for t, c in ceilings.items() if None not in c}
+        self._guard = threading.Lock()
+        self._event = threading.Event()
+        self._future: asyncio.Future | None = None
+
+    @property
+    def woken(self) -> bool:
+        return self._event.is_set()
+
+    def receives(self, published: str) -> bool:
+        """Whether a publication of ``published`` (one of ``keys``, unmarked) wakes it."""
+        topic, _, number = published.partition(NUMBER)
+        ceiling = self.ceilings.get(topic)
+        return ceiling is None or not number.isdigit() or int(number) <= ceiling
+
+    def wake(self) -> None:
+        with self._guard:
+            self._event.set()
+            future = self._future
+        if future is not None:
+            future.get_loop().call_soon_threadsafe(_resolve, future)
+
+    def wait(self, timeout: float) -> bool:
+        """Block this thread until woken, or ``timeout`` passes; whether it was woken."""
+        return self._event.wait(timeout)
+
+    async def wait_async(self, timeout: float) -> bool:
+        """Wait on the running event loop, holding no thread; whether it was woken."""
+        loop = asyncio.get_running_loop()
+        with self._guard:
+            if self._event.is_set():
+                return True
+            self._future = future = loop.create_future()
+        # asyncio.wait, not wait_for: nothing is cancelled, so nothing can be lost.
+        await asyncio.wait({future}, timeout=max(timeout, 0))
+        return self._event.is_set()
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+_subscriptions: dict[str, set[Subscription]] = {}
+_subscriptions_guard = threading.Lock()
+
+
+def subscribe(topics: Iterable[str], *, mark: str | None = None) -> Subscription:
+    """Start collecting wake-ups for ``topics``; ``unsubscribe`` it when done.
+
+    Publications carrying ``mark`` (``"topic#mark"``) do not wake it; a topic
+    with a ceiling (``"topic@n"``) is woken by publications numbered n at most.
+    """
+    subscription = Subscription(topics, mark)
+    with _subscriptions_guard:
+        for topic in subscription.keys:
+            _subscriptions.setdefault(topic, set()).add(subscription)
+    return subscription
+
+
+def unsubscribe(subscription: Subscription) -> None:
+    with _subscriptions_guard:
+        for topic in subscription.keys:
+            waiting = _subscriptions.get(topic)
+            if waiting is not None:
+                waiting.discard(subscription)
+                if not waiting:
+                    del _subscriptions[topic]
+
+
+@contextlib.contextmanager
+def subscribed(topics: Iterable[str], *, mark: str | None = None) -> Iterator[Subscription]:
+    subscription = subscribe(topics, mark=mark)
+    try:
+        yield subscription
+    finally:
+        unsubscribe(subscription)
+
+
+def subscriptions() -> int:
+    """How many distinct subscriptions this process holds (for metrics and tests)."""
+    with _subscriptions_guard:
+        return len({s for waiting in _subscriptions.values() for s in waiting})
+
+
+def deliver(topics: Iterable[str]) -> None:
+    """Wake this process's subscriptions to any of ``topics`` (``*``: all of them).
+
+    A marked topic (``"topic#mark"``) spares the subscriptions of its mark; a
+    numbered one (``"topic@n"``) those whose ceiling is below n.
+    """
+    topics = set(topics)
+    with _subscriptions_guard:
+        if WAKE_ALL in topics:
+            woken = {s for waiting in _subscriptions.values() for s in waiting}
+        else:
+            woken = set()
+            for marked in topics:
+                published, _, mark = marked.partition(MARK)
+                topic = published.partition(NUMBER)[0]
+                woken.update(
+                    s
+                    for s in _subscriptions.get(topic, ())
+                    if (not mark or s.mark != mark) and s.receives(published)
+                )
+    for subscription in woken:
+        subscription.wake()
