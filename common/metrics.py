@@ -71,12 +71,12 @@ GATE_WAIT_SECONDS = Histogram(
 WAKE_HELD = Counter(
     "plumb_wake_held",
     "Wake-ups for another process of this host held back because its queue was full, each "
-    "sent with the rest it is owed once it has room (common/wake.py).",
+    "sent with the rest it is owed once it has room (common/wake/).",
 )
 WAKE_LISTEN_HEARD = Gauge(
     "plumb_wake_listen_heard_timestamp_seconds",
     "When the LISTEN connection last heard from PostgreSQL, a notification or the answer to "
-    "its periodic check, as a Unix time (common/wake.py); 0 where nothing listens (SQLite).",
+    "its periodic check, as a Unix time (common/wake/); 0 where nothing listens (SQLite).",
     # The stalest of the processes alive now: one deaf listener is enough to miss wake-ups.
     multiprocess_mode="livemin",
 )
