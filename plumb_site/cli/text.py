@@ -8,7 +8,9 @@ Output contract scripts rely on (SPEC §5, §7):
 * Listings are columns under a header row, at least two spaces apart, with
   free text (names, labels, notes, reasons) flattened to one line and last,
   so ``split()`` (or, where a free-text column holds spaces, a split on two
-  or more spaces) yields the columns. An empty cell is ``-``.
+  or more spaces) yields the columns. An empty cell is ``-``. Text an agent
+  wrote (a room's title, a message's first line) has its control, bidi and
+  invisible characters written out, as transcripts show them (``<U+202E>``).
 * A domain error prints its message and stable code to standard error and
   exits 1; a malformed command line prints usage to standard error and exits 2.
 """
@@ -20,6 +22,8 @@ import getpass
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
+
+from common.text import visible
 
 
 class Console(Protocol):
@@ -87,6 +91,29 @@ def one_line(text: str) -> str:
 def cell(text: str) -> str:
     """A free-text cell: one line, and ``-`` when empty, so no column goes missing."""
     return one_line(text) or "-"
+
+
+# Past this many characters, an agent's text is cut short in a listing.
+PEER_TEXT_MAX = 80
+
+
+def peer_cell(text: str, *, limit: int = PEER_TEXT_MAX) -> str:
+    """Text an agent wrote, as one cell that cannot break, reorder or hide a listing.
+
+    Flattened to one line and cut at ``limit`` characters (``…``), then every
+    control, bidi and invisible character left is written out (``<U+200B>``):
+    a terminal would act on an escape sequence, and a right-to-left override
+    would make the columns after it read backwards.
+    """
+    flat = one_line(text)
+    if len(flat) > limit:
+        flat = flat[: limit - 1] + "…"
+    return visible(flat) or "-"
+
+
+def first_line(text: str) -> str:
+    """The first line of a body that has something on it, as a ``peer_cell``."""
+    return peer_cell(next((line for line in text.splitlines() if line.strip()), ""))
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:

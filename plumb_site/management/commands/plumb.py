@@ -21,8 +21,9 @@ from plumb_site.cli import connect, identity, moderation, sessions
 class Command(BaseCommand):
     help = (
         "Operator actions for scripts: projects, workspaces, project keys, cross-project "
-        "opt-ins, room and conversation moderation, sessions, the audit trail, an agent's "
-        "MCP client configuration, and the bootstrap that `make serve` runs."
+        "opt-ins, room and conversation moderation, listings of rooms, messages and notes, "
+        "sessions, the audit trail, an agent's MCP client configuration, and the bootstrap "
+        "that `make serve` runs."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
