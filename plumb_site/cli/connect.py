@@ -30,7 +30,7 @@ from common.errors import ValidationFailed
 from mailbox import selectors, services
 from mailbox.callers import NAME_HEADER, WORKSPACE_HEADER
 from mailbox.errors import NameTaken
-from plumb_site.cli.text import Console, operator_name, server_url
+from plumb_site.cli.text import Console, command, operator_name, server_url
 
 CLIENTS = ("claude-code", "codex", "cursor", "json")
 KEY_PLACEHOLDER = "<PROJECT_KEY>"
@@ -131,7 +131,7 @@ def connect_print(out: Console, options: dict[str, Any]) -> None:
     key_note = (
         f"{KEY_PLACEHOLDER} stands for a project key of {project.slug}. Keys are stored hashed "
         "and cannot be shown again: use the one you were given, issue one with "
-        f"`python manage.py plumb key create {project.slug}`, or run this again with --new-key."
+        f"`{command('key', 'create', project.slug)}`, or run this again with --new-key."
     )
     if options["new_key"]:
         issued = services.key_create(
@@ -143,8 +143,7 @@ def connect_print(out: Console, options: dict[str, Any]) -> None:
         prefix = issued.key.display_prefix
         key_note = (
             f"The project key below ({prefix}) was issued just now and is shown only once "
-            f"(plumb keeps only its hash); `python manage.py plumb key revoke {prefix}` "
-            "revokes it."
+            f"(plumb keeps only its hash); `{command('key', 'revoke', prefix)}` revokes it."
         )
 
     connection = Connection(

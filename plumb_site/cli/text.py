@@ -1,5 +1,5 @@
 """What every part of the ``plumb`` command shares: argument types, the
-operator's name, and the one format of listings.
+operator's name, the one format of listings, and how a hint names a command.
 
 Output contract scripts rely on (SPEC §5, §7):
 
@@ -13,12 +13,15 @@ Output contract scripts rely on (SPEC §5, §7):
   invisible characters written out, as transcripts show them (``<U+202E>``).
 * A domain error prints its message and stable code to standard error and
   exits 1; a malformed command line prints usage to standard error and exits 2.
+* Every command a hint names starts with ``COMMAND`` and runs as printed from
+  the checkout (``tests/plumb_site/cli/test_hints.py`` runs them all).
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import shlex
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -35,6 +38,23 @@ class Console(Protocol):
 
 
 Handler = Callable[[Console, dict[str, Any]], None]
+
+# The wrapper `make install` writes: `manage.py plumb` of this checkout, with the
+# virtual environment's Python, from any directory. A bare `python manage.py`
+# is the system's Python, which has no Django.
+COMMAND = ".venv/bin/plumb"
+
+
+def command(*words: str) -> str:
+    """A command line for a hint, as pasted in the checkout: ``.venv/bin/plumb WORDS``.
+
+    Words are shell-quoted where they need it; a ``<placeholder>`` is left as
+    it is, for the reader to fill in.
+    """
+    quoted = (
+        word if word.startswith("<") and word.endswith(">") else shlex.quote(word) for word in words
+    )
+    return " ".join([COMMAND, *quoted])
 
 
 def on_off(value: str) -> bool:

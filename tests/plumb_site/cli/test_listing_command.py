@@ -100,9 +100,12 @@ def test_room_list_narrows_to_a_project_and_a_limit(rooms, alice):
     ]
 
 
-def test_room_list_of_an_unknown_project_is_refused(db):
+def test_room_list_of_an_unknown_project_is_refused_naming_where_to_look(db):
     error = plumb_fails("room", "list", "nowhere")
-    assert str(error) == "No project 'nowhere'. (project_not_found)"
+    assert str(error).splitlines() == [
+        "No project 'nowhere'. (project_not_found)",
+        "Look it up with `.venv/bin/plumb project list`.",
+    ]
     assert error.returncode == 1
 
 
@@ -157,9 +160,12 @@ def test_an_id_from_message_list_is_what_message_hide_takes(messages):
     assert listed("message", "list", "ops", "--limit", "1", queries=2)[1][4] == "hidden"
 
 
-def test_message_list_of_an_unknown_room_is_refused(db):
+def test_message_list_of_an_unknown_room_is_refused_naming_where_to_look(db):
     error = plumb_fails("message", "list", "nowhere")
-    assert str(error) == "No room is named 'nowhere'. (room_not_found)"
+    assert str(error).splitlines() == [
+        "No room is named 'nowhere'. (room_not_found)",
+        "Look it up with `.venv/bin/plumb room list`.",
+    ]
     assert error.returncode == 1
 
 
