@@ -16,7 +16,7 @@ THREADS ?= 8
 
 .PHONY: install serve test test-postgres test-hosts bench lint superuser clean chromium
 
-install: $(STAMP)
+install: $(STAMP) $(BIN)/plumb
 
 # Re-installs only when requirements.txt changed (the stamp carries its hash).
 $(STAMP): requirements.txt
@@ -26,12 +26,29 @@ $(STAMP): requirements.txt
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
+# `.venv/bin/plumb …` is `manage.py plumb …` with this environment's Python, from any
+# directory: the command every hint of plumb names. It finds the checkout from the path
+# it was called by, symlinks left as they are, so each checkout's .venv/bin/plumb acts
+# on that checkout even where several share one environment through a symlinked .venv.
+define PLUMB_WRAPPER
+#!/bin/sh
+# Written by `make install`: plumb's operator command, `manage.py plumb`.
+bin=$$(CDPATH= cd -- "$$(dirname -- "$$0")" && pwd) || exit 1
+exec "$$bin/python" "$${bin%/*/*}/manage.py" plumb "$$@"
+endef
+export PLUMB_WRAPPER
+
+$(BIN)/plumb: Makefile | $(STAMP)
+	@printf '%s\n' "$$PLUMB_WRAPPER" > $@.tmp
+	@chmod +x $@.tmp
+	@mv -f $@.tmp $@
+
 # plumb_site/gunicorn_config.py: the application and its worker, metrics summed over
 # the processes (var/metrics/, emptied at start), gunicorn's log lines in LOG_FORMAT.
 serve: install
 	$(BIN)/python manage.py migrate --noinput --verbosity 0
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
-	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py plumb bootstrap
+	HOST=$(HOST) PORT=$(PORT) $(BIN)/plumb bootstrap
 	PLUMB_THREADS=$(THREADS) $(BIN)/gunicorn --config python:plumb_site.gunicorn_config \
 		--bind $(HOST):$(PORT) --workers $(WEB_CONCURRENCY) \
 		--access-logfile - --graceful-timeout 5 --no-control-socket

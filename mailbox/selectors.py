@@ -1,18 +1,18 @@
 """Reads that fetch related rows up front and apply visibility rules.
 
-Operator listings (projects, keys, opt-ins) see every project; conversation
-reads are limited to the participants of each thread. The credential
-look-ups that every call starts with are here too, for ``mailbox.callers``:
-each is one query compiled once (``common.prepared``), and each session
-comes back with its name, workspace and project and whether notes wait for
-it, so that nothing after authentication reads them again.
+Operator listings (projects, keys, opt-ins, sessions, notes) see every
+project; conversation reads are limited to the participants of each thread.
+The credential look-ups that every call starts with are here too, for
+``mailbox.callers``: each is one query compiled once (``common.prepared``),
+and each session comes back with its name, workspace and project and whether
+notes wait for it, so that nothing after authentication reads them again.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import Case, CharField, Exists, OuterRef, Prefetch, Q, QuerySet, Value, When
 
 from common.prepared import Prepared, PreparedObjects
 from mailbox import credentials
@@ -160,6 +160,47 @@ def audit_list(project_slug: str | None = None, *, limit: int = 50) -> list[Audi
     if project_slug is not None:
         records = records.filter(project_slug=project_slug)
     return list(records.order_by("-created_at", "-id")[:limit])
+
+
+# A note's delivery state (SPEC §1): one condition on the note's own row per
+# state, no two true of the same note. The operator listing filters on one and
+# labels each note with the one that holds, so a state is added here alone.
+NOTE_STATES: dict[str, Q] = {
+    "waiting": Q(delivered_at__isnull=True),
+    "delivered": Q(delivered_at__isnull=False),
+}
+
+
+def note_list_for_operator(
+    project: Project | None = None, *, state: str | None = None, limit: int = 100
+) -> list[Note]:
+    """Notes, newest first, at most ``limit``, each with its ``state``; all projects when None.
+
+    A project's notes are those its agents sent and those addressed to its
+    names or workspaces, so both ends of a cross-project thread find them.
+    ``state`` is a key of ``NOTE_STATES``. Bodies are deferred: the listing
+    says who wrote to whom and when, never what.
+    """
+    labelled = Case(
+        *(When(condition, then=Value(name)) for name, condition in NOTE_STATES.items()),
+        output_field=CharField(),
+    )
+    notes = Note.objects.annotate(state=labelled)
+    if project is not None:
+        notes = notes.filter(
+            Q(sender_name__workspace__project=project)
+            | Q(recipient__workspace__project=project)
+            | Q(next_workspace__project=project)
+        )
+    if state is not None:
+        notes = notes.filter(NOTE_STATES[state])
+    return list(
+        notes.select_related(
+            "conversation", "sender_name__workspace__project", "recipient", "next_workspace"
+        )
+        .defer("body")
+        .order_by("-id")[:limit]
+    )
 
 
 def conversation_get_for_operator(public_id: str) -> Conversation:

@@ -22,6 +22,7 @@ from mailbox.services.notes import NoteLeft, conversation_lock, conversation_unl
 from mailbox.services.sessions import (
     StartedSession,
     handle_check,
+    name_reserve,
     names_free,
     session_end,
     session_start,
@@ -42,6 +43,7 @@ __all__ = [
     "key_revoke",
     "key_touch",
     "mcp_session_open",
+    "name_reserve",
     "names_free",
     "note_leave",
     "notes_claim",

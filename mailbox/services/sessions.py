@@ -282,6 +282,60 @@ def _claim_name(
     return name, True
 
 
+def name_reserve(workspace: Workspace, handle: str, *, actor: str) -> tuple[AgentName, bool]:
+    """Bind ``handle`` to ``workspace`` before any session holds it, for good.
+
+    An operator configuring an agent (``plumb connect``) reserves its name, so
+    a note to it waits for the name (``"delivery": "name"``) instead of
+    ``recipient_not_found`` until the agent first connects. Returns the name
+    and whether this call changed it: a new name, or a generated one of this
+    workspace that is now kept (``disposable`` cleared); either is audited
+    (``name.reserve``) in the same transaction. A name already kept here
+    changes and records nothing. Raises ``validation_error`` (malformed or
+    reserved name) and ``name_taken`` (bound to another workspace).
+
+    Locks the name row like a session start (``_claim_name``), which orders
+    it against ``names_free``: a generated name being freed is waited for,
+    then found gone and created afresh. A racing insert of the same handle
+    fails the unique constraint; the look is then made once more, and finds
+    that row (``name_taken``, or already here).
+    """
+    handle = handle_check(handle)
+    try:
+        return _reserve(workspace, handle, actor=actor)
+    except IntegrityError:
+        return _reserve(workspace, handle, actor=actor)
+
+
+def _reserve(workspace: Workspace, handle: str, *, actor: str) -> tuple[AgentName, bool]:
+    with transaction.atomic(durable=True):
+        name = (
+            AgentName.objects.select_for_update()
+            .select_related("workspace__project")
+            .filter(handle=handle)
+            .first()
+        )
+        if name is not None and name.workspace_id != workspace.pk:
+            raise NameTaken(
+                f"The name {handle!r} is bound to workspace {name.workspace.slug!r} of "
+                f"project {name.workspace.project.slug!r}; pick another name."
+            )
+        if name is not None and not name.disposable:
+            return name, False
+        if name is None:
+            name = AgentName.objects.create(handle=handle, workspace=workspace, disposable=False)
+        else:
+            AgentName.objects.filter(pk=name.pk).update(disposable=False)
+            name.disposable = False
+        audit_record(
+            actor=actor,
+            action="name.reserve",
+            project=workspace.project,
+            target=f"name {handle} in workspace {workspace.slug}",
+        )
+    return name, True
+
+
 def session_end(session: Session, *, actor: str = "") -> Session:
     """End a session; its token stops working. Ending twice changes nothing.
 

@@ -9,7 +9,8 @@ and this command cannot disagree.
 
 * ``text``: parsing helpers, the operator's name and the listing format;
 * ``identity``: projects, workspaces, project keys, opt-ins, bootstrap;
-* ``moderation``: rooms, messages, members and conversations;
+* ``moderation``: rooms, messages, members and conversations, and the
+  listings of rooms, messages and notes that show their ids;
 * ``sessions``: sessions and the audit trail;
 * ``connect``: an MCP client's configuration for one agent.
 """

@@ -5,7 +5,10 @@ with the project key as bearer and two headers naming the workspace and the
 name (SPEC §6), so a restarted client is the same name again, with its rooms
 and waiting notes. This prints that configuration in the form each client
 reads, after checking everything the server would refuse later (project,
-workspace, a claimable name), so a configuration it prints works.
+workspace, a claimable name), so a configuration it prints works. It
+reserves the name in the workspace (``name_reserve``), so a note to the
+agent waits for it from now on rather than ``recipient_not_found`` until the
+client first connects.
 
 Keys are stored hashed and cannot be shown again: ``--new-key`` issues one
 (audited like ``plumb key create``) and prints it inside the configuration;
@@ -29,8 +32,7 @@ from common import limits
 from common.errors import ValidationFailed
 from mailbox import selectors, services
 from mailbox.callers import NAME_HEADER, WORKSPACE_HEADER
-from mailbox.errors import NameTaken
-from plumb_site.cli.text import Console, operator_name, server_url
+from plumb_site.cli.text import Console, command, operator_name, server_url
 
 CLIENTS = ("claude-code", "codex", "cursor", "json")
 KEY_PLACEHOLDER = "<PROJECT_KEY>"
@@ -113,25 +115,26 @@ def base_url(given: str | None) -> str:
 
 
 def connect_print(out: Console, options: dict[str, Any]) -> None:
-    # Everything the server would refuse is checked before a key is issued,
-    # so a refused command leaves no key behind.
+    # Everything the server would refuse is checked before the name is reserved
+    # and a key issued, so a refused command leaves neither behind.
     project = selectors.project_get_for_operator(options["project"])
     workspace = selectors.workspace_get_for_operator(project, options["workspace"])
-    name = services.handle_check(options["name"])
-    bound = selectors.name_get_for_operator(name)
-    if bound is not None and bound.workspace_id != workspace.pk:
-        raise NameTaken(
-            f"The name {name!r} is bound to workspace {bound.workspace.slug!r} of project "
-            f"{bound.workspace.project.slug!r}; pick another name."
-        )
     url = base_url(options["url"])
     client = options["client"]
+    agent_name, reserved = services.name_reserve(workspace, options["name"], actor=operator_name())
+    name = agent_name.handle
+    name_note = (
+        f"Reserved the name {name} in workspace {workspace.slug}: notes to it wait for "
+        "its first session."
+        if reserved
+        else ""
+    )
 
     key = KEY_PLACEHOLDER
     key_note = (
         f"{KEY_PLACEHOLDER} stands for a project key of {project.slug}. Keys are stored hashed "
         "and cannot be shown again: use the one you were given, issue one with "
-        f"`python manage.py plumb key create {project.slug}`, or run this again with --new-key."
+        f"`{command('key', 'create', project.slug)}`, or run this again with --new-key."
     )
     if options["new_key"]:
         issued = services.key_create(
@@ -143,8 +146,7 @@ def connect_print(out: Console, options: dict[str, Any]) -> None:
         prefix = issued.key.display_prefix
         key_note = (
             f"The project key below ({prefix}) was issued just now and is shown only once "
-            f"(plumb keeps only its hash); `python manage.py plumb key revoke {prefix}` "
-            "revokes it."
+            f"(plumb keeps only its hash); `{command('key', 'revoke', prefix)}` revokes it."
         )
 
     connection = Connection(
@@ -153,14 +155,16 @@ def connect_print(out: Console, options: dict[str, Any]) -> None:
     if client == "json":
         # Standard output is the JSON alone, for scripts; the word on the key goes aside.
         out.say(json.dumps(generic_json(connection), indent=2))
-        out.hint(key_note)
+        for line in filter(None, (name_note, key_note)):
+            out.hint(line)
         return
     title = {"claude-code": "Claude Code", "codex": "Codex", "cursor": "Cursor"}[client]
     out.say(
         f"{title}: plumb at {connection.mcp_url} as {name} "
         f"(workspace {workspace.slug}, project {project.slug})."
     )
-    out.say(key_note)
+    for line in filter(None, (name_note, key_note)):
+        out.say(line)
     out.say()
     render = {"claude-code": claude_code, "codex": codex, "cursor": cursor}[client]
     for line in render(connection):
@@ -190,8 +194,11 @@ def claude_code(connection: Connection) -> list[str]:
         add += ["--header", f"{header}: {value}"]
     skill = _in_checkout(SKILL)
     return [
-        "1. Add plumb's MCP server (run it in the project's directory; "
-        "add --scope user for every project):",
+        "1. Add plumb's MCP server, from the project's directory: it is added for that "
+        "project only (Claude Code's default local scope). Every Claude Code session there "
+        f"acts as {connection.name}, so give each agent you run side by side a name of its "
+        f"own. --scope user would make every session in every project {connection.name}: "
+        "use it only if you run a single agent.",
         "",
         shlex.join(add),
         "",

@@ -13,6 +13,7 @@ from mailbox.models import Project, ProjectKey
 from plumb_site.cli.text import (
     Console,
     admin_url,
+    command,
     on_off,
     on_off_text,
     one_line,
@@ -173,16 +174,17 @@ def key_create(out: Console, options: dict[str, Any]) -> None:
     project = selectors.project_get_for_operator(options["project"])
     issued = services.key_create(project, label=options["label"], created_by=operator_name())
     out.say(f"Created project key {issued.key.display_prefix} for project {project.slug}.")
-    say_key(out, issued.raw)
+    say_key(out, issued)
 
 
-def say_key(out: Console, raw: str) -> None:
+def say_key(out: Console, issued: services.IssuedKey) -> None:
     """Print a new key last and alone on its line: `| tail -n1` must yield exactly the key."""
     out.say(
         "Store it now: it is shown only once (plumb keeps only a hash). "
-        "It starts sessions: POST /api/v1/sessions/ with 'Authorization: Bearer <key>'."
+        "It starts sessions: POST /api/v1/sessions/ with 'Authorization: Bearer <key>'. "
+        f"`{command('key', 'revoke', issued.key.display_prefix)}` revokes it."
     )
-    out.say(raw)
+    out.say(issued.raw)
 
 
 def key_list(out: Console, options: dict[str, Any]) -> None:
@@ -338,7 +340,7 @@ def bootstrap_run(out: Console, options: dict[str, Any]) -> None:
         else:
             out.say(
                 f"Bootstrap: {where} already exist; no new key "
-                f"(issue one with `manage.py plumb key create {project.slug}`)."
+                f"(issue one with `{command('key', 'create', project.slug)}`)."
             )
         return
     out.say(f"Bootstrap: created {where}.")
@@ -350,4 +352,4 @@ def bootstrap_run(out: Console, options: dict[str, Any]) -> None:
         f"Project key {issued.key.display_prefix} for project {project.slug} "
         f"(agents use it with workspace '{workspace.slug}'):"
     )
-    say_key(out, issued.raw)
+    say_key(out, issued)

@@ -1,10 +1,12 @@
-"""``plumb room|message|member|conversation``: the admin's moderation actions.
+"""``plumb room|message|member|conversation|note``: the admin's moderation actions,
+and the listings that show the ids they take.
 
 Each action calls the very service the admin's action calls, with the
 operator as ``cli:<os user>``; the service checks the reason (required to
 lock, hide, mute and remove), appends the room's ``moderation`` event and
 writes the audit record. Repeating an action already in effect changes and
-records nothing, and says so.
+records nothing, and says so. ``room list``, ``message list`` and ``note
+list`` read through the operator selectors, newest first.
 """
 
 from __future__ import annotations
@@ -17,13 +19,29 @@ from django.core.management.base import CommandParser
 
 from mailbox import selectors as mailbox_selectors
 from mailbox import services as mailbox_services
-from plumb_site.cli.text import Console, operator_name
+from plumb_site.cli.text import (
+    Console,
+    first_line,
+    operator_name,
+    peer_cell,
+    positive_number,
+    table,
+    timestamp,
+)
 from rooms import selectors, services
 from rooms.models import Event
 
 
 def add_parsers(groups: argparse._SubParsersAction) -> None:
-    room = _group(groups, "room", "Lock or unlock a room (sends refused with 423 room_locked).")
+    room = _group(
+        groups, "room", "List rooms; lock or unlock one (sends refused with 423 room_locked)."
+    )
+    listing = room.add_parser(
+        "list", help="Rooms, newest first: slug, project, latest seq, members, state, title."
+    )
+    listing.add_argument("project", nargs="?", help="Only this project's rooms.")
+    _add_limit(listing, 100)
+    listing.set_defaults(handler=room_list)
     for action, handler, why in (
         ("lock", room_lock, "Refuse sends and reviews in ROOM; reading goes on."),
         ("unlock", room_unlock, "Let ROOM's members send again."),
@@ -33,7 +51,13 @@ def add_parsers(groups: argparse._SubParsersAction) -> None:
         _add_reason(parser, required=action == "lock")
         parser.set_defaults(handler=handler)
 
-    message = _group(groups, "message", "Hide or unhide a room message.")
+    message = _group(groups, "message", "List a room's messages; hide or unhide one.")
+    listing = message.add_parser(
+        "list", help="ROOM's messages, newest first: seq, id, author, state, first line."
+    )
+    listing.add_argument("room", metavar="ROOM", help="Room slug.")
+    _add_limit(listing, 50)
+    listing.set_defaults(handler=message_list)
     for action, handler, why in (
         ("hide", message_hide, "Serve MESSAGE_ID to agents as hidden, without its body."),
         ("unhide", message_unhide, "Serve MESSAGE_ID's body again."),
@@ -65,10 +89,33 @@ def add_parsers(groups: argparse._SubParsersAction) -> None:
         _add_reason(parser, required=action == "lock")
         parser.set_defaults(handler=handler)
 
+    note = _group(groups, "note", "List mailbox notes (who wrote to whom, never what).")
+    listing = note.add_parser(
+        "list", help="Notes, newest first: id, thread, sender, recipient, delivery state."
+    )
+    listing.add_argument(
+        "project", nargs="?", help="Only notes this project's agents sent or were sent."
+    )
+    listing.add_argument(
+        "--state", choices=list(mailbox_selectors.NOTE_STATES), help="Only notes in this state."
+    )
+    _add_limit(listing, 100)
+    listing.set_defaults(handler=note_list)
+
 
 def _group(groups: argparse._SubParsersAction, name: str, why: str) -> argparse._SubParsersAction:
     parser = groups.add_parser(name, help=why)
     return parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+
+def _add_limit(parser: CommandParser, default: int) -> None:
+    parser.add_argument(
+        "--limit",
+        type=positive_number,
+        default=default,
+        metavar="N",
+        help=f"At most N, newest first ({default}).",
+    )
 
 
 def _add_reason(parser: CommandParser, *, required: bool) -> None:
@@ -91,6 +138,26 @@ def _done(event: Event | None, *, done: str, already: str) -> str:
 # --- rooms ------------------------------------------------------------------------------
 
 
+def room_list(out: Console, options: dict[str, Any]) -> None:
+    slug = options["project"]
+    project = mailbox_selectors.project_get_for_operator(slug) if slug else None
+    rows = (
+        [
+            room.slug,
+            room.project.slug,
+            str(room.head_seq),
+            str(room.members_count),
+            "locked" if room.locked else "open",
+            timestamp(room.created_at),
+            peer_cell(room.title),
+        ]
+        for room in selectors.room_list_for_operator(project, limit=options["limit"])
+    )
+    header = ["ROOM", "PROJECT", "LATEST_SEQ", "MEMBERS", "STATE", "CREATED", "TITLE"]
+    for line in table(header, rows):
+        out.say(line)
+
+
 def room_lock(out: Console, options: dict[str, Any]) -> None:
     room = selectors.room_get_for_operator(options["room"])
     event = services.room_lock(room, actor=operator_name(), reason=options["reason"])
@@ -106,6 +173,24 @@ def room_unlock(out: Console, options: dict[str, Any]) -> None:
 
 
 # --- messages ---------------------------------------------------------------------------
+
+
+def message_list(out: Console, options: dict[str, Any]) -> None:
+    room = selectors.room_get_for_operator(options["room"])
+    rows = (
+        [
+            str(message.seq),
+            message.public_id,
+            message.author.handle,
+            timestamp(message.created_at),
+            "hidden" if message.hidden else "shown",
+            first_line(message.body_start),
+        ]
+        for message in selectors.message_list_for_operator(room, limit=options["limit"])
+    )
+    header = ["SEQ", "MESSAGE", "AUTHOR", "CREATED", "STATE", "FIRST_LINE"]
+    for line in table(header, rows):
+        out.say(line)
 
 
 def message_hide(out: Console, options: dict[str, Any]) -> None:
@@ -166,3 +251,30 @@ def conversation_unlock(out: Console, options: dict[str, Any]) -> None:
     )
     what = f"conversation {conversation.public_id}"
     out.say(f"Unlocked {what}." if changed else f"The {what} is not locked; nothing changed.")
+
+
+# --- notes ------------------------------------------------------------------------------
+
+
+def note_list(out: Console, options: dict[str, Any]) -> None:
+    slug = options["project"]
+    project = mailbox_selectors.project_get_for_operator(slug) if slug else None
+    notes = mailbox_selectors.note_list_for_operator(
+        project, state=options["state"], limit=options["limit"]
+    )
+    rows = (
+        [
+            timestamp(note.created_at),
+            note.public_id,
+            note.conversation.public_id,
+            note.sender_name.workspace.project.slug,
+            note.sender_name.handle,
+            note.to_display,
+            note.state,
+            timestamp(note.delivered_at),
+        ]
+        for note in notes
+    )
+    header = ["CREATED", "NOTE", "CONVERSATION", "PROJECT", "FROM", "TO", "STATE", "DELIVERED"]
+    for line in table(header, rows):
+        out.say(line)

@@ -1,5 +1,5 @@
 """What every part of the ``plumb`` command shares: argument types, the
-operator's name, and the one format of listings.
+operator's name, the one format of listings, and how a hint names a command.
 
 Output contract scripts rely on (SPEC §5, §7):
 
@@ -8,18 +8,25 @@ Output contract scripts rely on (SPEC §5, §7):
 * Listings are columns under a header row, at least two spaces apart, with
   free text (names, labels, notes, reasons) flattened to one line and last,
   so ``split()`` (or, where a free-text column holds spaces, a split on two
-  or more spaces) yields the columns. An empty cell is ``-``.
+  or more spaces) yields the columns. An empty cell is ``-``. Text an agent
+  wrote (a room's title, a message's first line) has its control, bidi and
+  invisible characters written out, as transcripts show them (``<U+202E>``).
 * A domain error prints its message and stable code to standard error and
   exits 1; a malformed command line prints usage to standard error and exits 2.
+* Every command a hint names starts with ``COMMAND`` and runs as printed from
+  the checkout (``tests/plumb_site/cli/test_hints.py`` runs them all).
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import shlex
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
+
+from common.text import visible
 
 
 class Console(Protocol):
@@ -31,6 +38,23 @@ class Console(Protocol):
 
 
 Handler = Callable[[Console, dict[str, Any]], None]
+
+# The wrapper `make install` writes: `manage.py plumb` of this checkout, with the
+# virtual environment's Python, from any directory. A bare `python manage.py`
+# is the system's Python, which has no Django.
+COMMAND = ".venv/bin/plumb"
+
+
+def command(*words: str) -> str:
+    """A command line for a hint, as pasted in the checkout: ``.venv/bin/plumb WORDS``.
+
+    Words are shell-quoted where they need it; a ``<placeholder>`` is left as
+    it is, for the reader to fill in.
+    """
+    quoted = (
+        word if word.startswith("<") and word.endswith(">") else shlex.quote(word) for word in words
+    )
+    return " ".join([COMMAND, *quoted])
 
 
 def on_off(value: str) -> bool:
@@ -87,6 +111,29 @@ def one_line(text: str) -> str:
 def cell(text: str) -> str:
     """A free-text cell: one line, and ``-`` when empty, so no column goes missing."""
     return one_line(text) or "-"
+
+
+# Past this many characters, an agent's text is cut short in a listing.
+PEER_TEXT_MAX = 80
+
+
+def peer_cell(text: str, *, limit: int = PEER_TEXT_MAX) -> str:
+    """Text an agent wrote, as one cell that cannot break, reorder or hide a listing.
+
+    Flattened to one line and cut at ``limit`` characters (``…``), then every
+    control, bidi and invisible character left is written out (``<U+200B>``):
+    a terminal would act on an escape sequence, and a right-to-left override
+    would make the columns after it read backwards.
+    """
+    flat = one_line(text)
+    if len(flat) > limit:
+        flat = flat[: limit - 1] + "…"
+    return visible(flat) or "-"
+
+
+def first_line(text: str) -> str:
+    """The first line of a body that has something on it, as a ``peer_cell``."""
+    return peer_cell(next((line for line in text.splitlines() if line.strip()), ""))
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import (
     Case,
+    Count,
     Expression,
     FilteredRelation,
     IntegerField,
@@ -19,7 +20,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Substr
 
 from common import limits
 from common.prepared import Prepared, concrete_attnames, instances_from_row
@@ -170,6 +171,44 @@ def message_get_for_operator(public_id: str) -> Message:
     if message is None:
         raise MessageNotFound(f"No message has the id {public_id!r}.")
     return message
+
+
+def room_list_for_operator(project: Project | None = None, *, limit: int = 100) -> list[Room]:
+    """Rooms, newest first, at most ``limit``, each with ``members_count`` (current
+    members); all projects when None."""
+    current = (
+        Member.objects.filter(room=OuterRef("pk"), left_at__isnull=True)
+        .order_by()
+        .values("room")
+        .annotate(count=Count("pk"))
+        .values("count")
+    )
+    rooms = Room.objects.select_related("project").annotate(
+        members_count=Coalesce(Subquery(current, output_field=IntegerField()), Value(0))
+    )
+    if project is not None:
+        rooms = rooms.filter(project=project)
+    return list(rooms.order_by("-created_at", "-id")[:limit])
+
+
+# How much of each body an operator listing reads: enough for its first line.
+BODY_START_CHARS = 400
+
+
+def message_list_for_operator(room: Room, *, limit: int = 50) -> list[Message]:
+    """The room's messages, newest first, at most ``limit``, hidden ones included.
+
+    Each comes with its author and ``body_start``, the first ``BODY_START_CHARS``
+    characters of its body: a listing shows a first line, so it never reads
+    whole bodies (16 KB each) off the database.
+    """
+    return list(
+        Message.objects.filter(room=room)
+        .select_related("author")
+        .defer("body", "mentions", "send_report")
+        .annotate(body_start=Substr("body", 1, BODY_START_CHARS))
+        .order_by("-seq")[:limit]
+    )
 
 
 def member_get_for_operator(room: Room, handle: str) -> Member:

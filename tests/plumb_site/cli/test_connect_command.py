@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
+from rest_framework.test import APIClient
 
-from mailbox.models import AuditRecord, ProjectKey, Session
+from mailbox.models import AgentName, AuditRecord, ProjectKey, Session
 from plumb_site.settings import env_url
-from tests.cli import plumb, plumb_fails
+from tests.cli import last_line, plumb, plumb_fails
+from tests.conftest import client_for
 from tests.factories import AgentNameFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db
@@ -165,6 +167,7 @@ def test_a_malformed_url_is_refused_before_a_key_is_made(workspace, url):
     assert "(validation_error)" in str(error)
     assert error.returncode == 1
     assert not ProjectKey.objects.exists()
+    assert not AgentName.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -209,12 +212,59 @@ def test_what_the_server_would_refuse_is_refused_and_no_key_is_made(workspace, a
     assert expected in str(error)
     assert error.returncode == 1
     assert not ProjectKey.objects.filter(project=workspace.project).exists()
+    assert not AgentName.objects.filter(workspace=workspace).exists()
+    assert not AuditRecord.objects.filter(action="name.reserve").exists()
 
 
 def test_a_name_already_bound_to_this_workspace_is_fine(workspace):
     AgentNameFactory(handle="builder", workspace=workspace)
-    config, _ = connect_json(project=workspace.project.slug)
+    config, err = connect_json(project=workspace.project.slug)
     assert config["name"] == "builder"
+    assert "Reserved" not in err
+    assert not AuditRecord.objects.filter(action="name.reserve").exists()
+
+
+# --- the name is reserved: the first note to it waits (issue 24, item 4) ----------------
+
+
+def test_connect_reserves_the_name_so_the_first_note_to_it_waits_for_its_first_session(
+    workspace, alice, operator
+):
+    _, err = connect_json(project=workspace.project.slug)
+
+    assert "Reserved the name builder in workspace main" in err
+    name = AgentName.objects.get(handle="builder")
+    assert name.workspace == workspace
+    assert name.disposable is False
+    assert not name.sessions.exists()
+    assert list(
+        AuditRecord.objects.filter(action="name.reserve").values_list("actor", "target")
+    ) == [(operator, "name builder in workspace main")]
+
+    left = client_for(alice).post(
+        "/api/v1/notes/", {"to": "builder", "body": "welcome aboard"}, format="json"
+    )
+    assert left.status_code == 201, left.json()
+    assert left.json()["delivery"] == "name"
+
+    raw_key = last_line(plumb("key", "create", workspace.project.slug)[0])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
+    started = client.post(
+        "/api/v1/sessions/", {"workspace": "main", "name": "builder"}, format="json"
+    )
+    assert started.status_code == 201, started.json()
+    assert [note["body"] for note in started.json()["notes"]] == ["welcome aboard"]
+
+
+def test_connecting_the_same_name_again_reserves_and_records_nothing_more(workspace):
+    connect_json(project=workspace.project.slug)
+
+    _, err = connect_json(project=workspace.project.slug)
+
+    assert "Reserved" not in err
+    assert AgentName.objects.filter(handle="builder").count() == 1
+    assert AuditRecord.objects.filter(action="name.reserve").count() == 1
 
 
 @pytest.mark.parametrize(
@@ -253,6 +303,14 @@ def test_claude_code_gets_its_mcp_add_line_the_skill_and_the_hooks(workspace):
     assert copy[-1] == "~/.claude/skills/plumb-chat/SKILL.md"
     assert (REPO_ROOT / "contrib/skills/plumb-chat/SKILL.md").is_file()
     assert ".claude/skills/plumb-chat/SKILL.md in its directory" in out
+
+    # A user-scope server with a fixed Plumb-Name makes every session one agent: the
+    # advice says so, and offers it only for a single agent.
+    step = block(out, "1. Add plumb's MCP server")
+    assert "for that project only" in step
+    assert "--scope user would make every session in every project builder" in step
+    assert "only if you run a single agent" in step
+    assert "add --scope user for every project" not in out
 
     # The hooks block, as .claude/settings.local.json holds it.
     hooks = json.loads(out[out.index("\n{\n") + 1 :])["hooks"]

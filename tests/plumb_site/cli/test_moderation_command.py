@@ -110,9 +110,12 @@ def test_room_unlock_of_an_open_room_says_so(room):
     assert records() == []
 
 
-def test_an_unknown_room_is_refused_with_its_code(db):
+def test_an_unknown_room_is_refused_with_its_code_and_where_to_look_it_up(db):
     error = plumb_fails("room", "lock", "nowhere", "--reason", "x")
-    assert str(error) == "No room is named 'nowhere'. (room_not_found)"
+    assert str(error).splitlines() == [
+        "No room is named 'nowhere'. (room_not_found)",
+        "Look it up with `.venv/bin/plumb room list`.",
+    ]
     assert error.returncode == 1
 
 
@@ -173,9 +176,12 @@ def test_message_unhide_serves_the_body_again(room, bob):
     )
 
 
-def test_an_unknown_message_id_is_refused(room):
+def test_an_unknown_message_id_is_refused_and_where_to_look_it_up(room):
     error = plumb_fails("message", "hide", "msg_nothing", "--reason", "x")
-    assert str(error) == "No message has the id 'msg_nothing'. (message_not_found)"
+    assert str(error).splitlines() == [
+        "No message has the id 'msg_nothing'. (message_not_found)",
+        "Look it up with `.venv/bin/plumb message list <room>`.",
+    ]
     assert error.returncode == 1
 
 
@@ -274,9 +280,12 @@ def test_conversation_lock_needs_a_reason_and_says_when_nothing_changed(thread, 
     assert records() == []
 
 
-def test_an_unknown_conversation_is_refused(db):
+def test_an_unknown_conversation_is_refused_and_where_to_look_it_up(db):
     error = plumb_fails("conversation", "lock", "cnv_nothing", "--reason", "x")
-    assert str(error) == "No conversation has the id 'cnv_nothing'. (conversation_not_found)"
+    assert str(error).splitlines() == [
+        "No conversation has the id 'cnv_nothing'. (conversation_not_found)",
+        "Look it up with `.venv/bin/plumb note list`.",
+    ]
     assert error.returncode == 1
 
 

@@ -102,7 +102,10 @@ def test_session_list_stops_at_the_limit(sessions):
 
 def test_session_list_of_an_unknown_project_is_refused(db):
     error = plumb_fails("session", "list", "nowhere")
-    assert str(error) == "No project 'nowhere'. (project_not_found)"
+    assert str(error).splitlines() == [
+        "No project 'nowhere'. (project_not_found)",
+        "Look it up with `.venv/bin/plumb project list`.",
+    ]
     assert error.returncode == 1
 
 
@@ -166,7 +169,10 @@ def test_session_end_also_ends_an_expired_but_open_session(sessions):
 
 def test_session_end_of_an_unknown_name_is_refused(db):
     error = plumb_fails("session", "end", "nobody")
-    assert str(error) == "No agent has the name 'nobody'. (name_not_found)"
+    assert str(error).splitlines() == [
+        "No agent has the name 'nobody'. (name_not_found)",
+        "Look it up with `.venv/bin/plumb session list`.",
+    ]
     assert error.returncode == 1
 
 
@@ -256,7 +262,10 @@ def test_audit_defaults_to_the_newest_fifty(db):
 
 def test_audit_of_a_slug_that_names_nothing_is_refused(db):
     error = plumb_fails("audit", "nowhere")
-    assert str(error) == "No project 'nowhere'. (project_not_found)"
+    assert str(error).splitlines() == [
+        "No project 'nowhere'. (project_not_found)",
+        "Look it up with `.venv/bin/plumb project list`.",
+    ]
     assert error.returncode == 1
 
 
