@@ -49,6 +49,9 @@ except ImproperlyConfigured as exc:
     # One line naming the variable and what it accepts, before any worker starts.
     sys.exit(f"plumb: {exc}")
 
+# The master's hooks read Django's settings (plumb_site/listening.py).
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "plumb_site.settings")
+
 METRICS_DIR = Path(
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(plumb_settings.PLUMB_METRICS_DIR))
 )
@@ -60,6 +63,19 @@ def on_starting(server: object) -> None:
     for stale in METRICS_DIR.glob("*.db"):
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
+
+
+def when_ready(server) -> None:
+    """Record where this server listens, for ``plumb connect`` (``plumb_site/listening.py``)."""
+    from plumb_site import listening
+
+    listening.record([listener.sock for listener in server.LISTENERS])
+
+
+def on_exit(server: object) -> None:
+    from plumb_site import listening
+
+    listening.forget()
 
 
 def child_exit(server: object, worker: object) -> None:

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shlex
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,8 @@ from common import limits
 from common.errors import ValidationFailed
 from mailbox import selectors, services
 from mailbox.callers import NAME_HEADER, WORKSPACE_HEADER
-from plumb_site.cli.text import Console, command, operator_name, server_url
+from plumb_site import listening
+from plumb_site.cli.text import Console, command, operator_name
 
 CLIENTS = ("claude-code", "codex", "cursor", "json")
 KEY_PLACEHOLDER = "<PROJECT_KEY>"
@@ -46,7 +48,9 @@ HOOK = Path("contrib/hooks/plumb-hook")
 # 5 s (PLUMB_HOOK_TIMEOUT), so 10 s covers a session start and two reads.
 HOOK_TIMEOUT = 10
 # Addresses a server listens on but no client connects to.
-WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1"}
+# Where `make serve` listens unless told otherwise: the guess when no server runs here.
+DEFAULT_URL = "http://127.0.0.1:8000"
+HEALTH_TIMEOUT = 3  # seconds
 
 
 def add_parsers(groups: argparse._SubParsersAction) -> None:
@@ -100,7 +104,11 @@ class Connection:
 
 
 def base_url(given: str | None) -> str:
-    """``--url``, else ``PLUMB_PUBLIC_URL``, else where ``make serve`` listens."""
+    """``--url``, else ``PLUMB_PUBLIC_URL``, else where the running server listens.
+
+    The running server records its own addresses (``plumb_site.listening``):
+    this shell's HOST and PORT may not be the ones it was started with.
+    """
     if given is not None:
         url = given.strip().rstrip("/")
         if re.match(limits.PUBLIC_URL_PATTERN, url) is None:
@@ -110,8 +118,20 @@ def base_url(given: str | None) -> str:
         return url
     if settings.PLUMB_PUBLIC_URL:
         return settings.PLUMB_PUBLIC_URL
-    host = os.environ.get("HOST") or "127.0.0.1"
-    return server_url(WILDCARD_HOSTS.get(host, host), os.environ.get("PORT") or "8000")
+    return listening.recorded_url() or DEFAULT_URL
+
+
+def health_problem(url: str) -> str | None:
+    """Why no plumb server answers ``url/healthz``; None when one does."""
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=HEALTH_TIMEOUT) as response:
+            if json.loads(response.read()).get("status") == "ok":
+                return None
+            return f"{url}/healthz answered without status ok"
+    except urllib.error.HTTPError as error:
+        return f"{url}/healthz answered {error.code}"
+    except (OSError, ValueError) as error:
+        return f"nothing answers at {url} ({getattr(error, 'reason', error)})"
 
 
 def connect_print(out: Console, options: dict[str, Any]) -> None:
@@ -120,6 +140,18 @@ def connect_print(out: Console, options: dict[str, Any]) -> None:
     project = selectors.project_get_for_operator(options["project"])
     workspace = selectors.workspace_get_for_operator(project, options["workspace"])
     url = base_url(options["url"])
+    problem = health_problem(url)
+    if problem is not None:
+        # Loud, on standard error, before anything else: every line below names this address.
+        for line in (
+            "!" * 72,
+            f"WARNING: {problem}.",
+            "The configuration below points there; agents cannot connect until a",
+            "plumb server answers: start one with `make serve` (see `make serve PORT=…`),",
+            "or pass --url with the address agents should use.",
+            "!" * 72,
+        ):
+            out.hint(line)
     client = options["client"]
     agent_name, reserved = services.name_reserve(workspace, options["name"], actor=operator_name())
     name = agent_name.handle

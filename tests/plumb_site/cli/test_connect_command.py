@@ -19,6 +19,8 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from mailbox.models import AgentName, AuditRecord, ProjectKey, Session
+from plumb_site import listening
+from plumb_site.cli.connect import health_problem as real_health_problem
 from plumb_site.settings import env_url
 from tests.cli import last_line, plumb, plumb_fails
 from tests.conftest import client_for
@@ -37,11 +39,14 @@ def operator(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture(autouse=True)
-def where_make_serve_listens(monkeypatch: pytest.MonkeyPatch, settings) -> None:
-    """No deployment settings: the URL is http://127.0.0.1:8000 unless a test says otherwise."""
+def where_make_serve_listens(monkeypatch: pytest.MonkeyPatch, settings, tmp_path) -> None:
+    """No deployment settings and no server recorded: the URL is http://127.0.0.1:8000,
+    and a server answers there, unless a test says otherwise."""
     monkeypatch.delenv("HOST", raising=False)
     monkeypatch.delenv("PORT", raising=False)
     settings.PLUMB_PUBLIC_URL = ""
+    settings.VAR_DIR = tmp_path
+    monkeypatch.setattr("plumb_site.cli.connect.health_problem", lambda url: None)
 
 
 def connect_json(*extra: str, project: str = "", workspace: str = "main") -> tuple[dict, str]:
@@ -139,20 +144,48 @@ def test_url_overrides_plumb_public_url(workspace, settings):
 
 
 @pytest.mark.parametrize(
-    ("host", "port", "expected"),
+    ("bound", "expected"),
     [
-        ("plumb.lan", "9000", "http://plumb.lan:9000/mcp"),
-        ("::1", "8001", "http://[::1]:8001/mcp"),
-        ("0.0.0.0", "8000", "http://127.0.0.1:8000/mcp"),
+        (("127.0.0.1", 8765), "http://127.0.0.1:8765/mcp"),
+        (("0.0.0.0", 9000), "http://127.0.0.1:9000/mcp"),
+        (("::", 8001), "http://[::1]:8001/mcp"),
     ],
 )
-def test_without_a_public_url_it_is_where_make_serve_listens(
-    workspace, monkeypatch, host, port, expected
+def test_without_a_url_it_is_where_the_running_server_recorded_it_listens(
+    workspace, monkeypatch, bound, expected
 ):
-    monkeypatch.setenv("HOST", host)
-    monkeypatch.setenv("PORT", port)
+    class Bound:
+        def getsockname(self):
+            return bound
+
+    listening.record([Bound()])  # as the server's master does at start (this process: alive)
+    monkeypatch.setenv("PORT", "abc")  # this shell's variables are not the server's
+
     config, _ = connect_json(project=workspace.project.slug)
+
     assert config["url"] == expected
+
+
+def test_a_record_left_by_a_server_that_is_gone_is_ignored(workspace, settings):
+    (Path(settings.VAR_DIR) / "server.json").write_text(
+        json.dumps({"urls": ["http://127.0.0.1:8765"], "pid": 2**22 + 12345})
+    )
+
+    config, _ = connect_json(project=workspace.project.slug)
+
+    assert config["url"] == "http://127.0.0.1:8000/mcp"
+
+
+def test_when_nothing_answers_it_says_so_loudly_and_still_prints_the_configuration(
+    workspace, monkeypatch
+):
+    # The real health check, against a port nothing listens on.
+    monkeypatch.setattr("plumb_site.cli.connect.health_problem", real_health_problem)
+    config, err = connect_json("--url", "http://127.0.0.1:9", project=workspace.project.slug)
+
+    assert config["url"] == "http://127.0.0.1:9/mcp"
+    assert "WARNING: nothing answers at http://127.0.0.1:9" in err
+    assert "make serve" in err
 
 
 @pytest.mark.parametrize(
