@@ -1,7 +1,7 @@
 """What the mailbox floor announces to the floors above it.
 
 ``rooms`` builds on ``mailbox`` and ``mailbox`` never imports ``rooms``
-(README, "Where things live"), yet some mailbox changes must reach rooms in
+(docs/internals.md, "Where things live"), yet some mailbox changes must reach rooms in
 the same transaction. Revoking an opt-in is one: the other project's members
 must leave this project's rooms at once (SPEC §5). So the lower floor
 announces the change and the upper floor reacts, without an arrow pointing

@@ -1,4 +1,4 @@
-"""The floor plan, as a test: every import points down (README, "Development").
+"""The floor plan, as a test: every import points down (docs/internals.md, "Where things live").
 
 Read from the source with ``ast``, so imports inside functions count too (a
 lazy import is still an arrow). The floors, bottom up:

@@ -1,4 +1,4 @@
-"""The admin home shows the system at a glance (plumb_site/admin.py, README "The admin").
+"""The admin home shows the system at a glance (plumb_site/admin.py, docs/operators.md "The admin").
 
 A row per project and one for all: connected sessions, pending notes,
 messages in the last hour and day, and an inline SVG chart of the last 24

@@ -1,5 +1,5 @@
 """Settings read at start: LOG_FORMAT, PLUMB_METRICS_TOKEN and the connection bounds
-(README, Configuration).
+(docs/operators.md, Configuration).
 
 Each case starts a Python process of its own: settings are read once, at
 start, and a malformed value must stop that start with a message naming the

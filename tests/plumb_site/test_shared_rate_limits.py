@@ -3,7 +3,7 @@
 Two cache objects stand for two server processes: each has its own client
 and connection pool, as each gunicorn worker on each host has. With
 LocMemCache (no REDIS_URL) each counts alone; with Redis they count
-together. A Redis that does not answer lets calls through (README,
+together. A Redis that does not answer lets calls through (docs/operators.md,
 Configuration), and says so once in the log.
 """
 

@@ -23,7 +23,7 @@ import pytest
 from plumb_site.management.commands.plumb import LOOK_UP
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-# The documented form of every hint (README, "The `plumb` command").
+# The documented form of every hint (docs/operators.md, "The `plumb` command").
 COMMAND = ".venv/bin/plumb"
 WRAPPER = REPO_ROOT / COMMAND
 # A command a hint names: quoted in backticks inside a sentence (any form of running
@@ -201,14 +201,16 @@ def test_make_writes_the_wrapper_once_and_it_acts_on_the_checkout_it_is_called_i
         ]
 
 
-# --- the README -------------------------------------------------------------------------
+# --- the README and docs/ -----------------------------------------------------------------
 
 
-def test_the_readme_names_manage_py_only_with_the_environments_python():
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_readme_and_the_docs_name_manage_py_only_with_the_environments_python():
+    documents = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    assert len(documents) > 1
     bare = [
-        line
-        for line in readme.splitlines()
-        if re.search(r"(?<!\.venv/bin/)python manage\.py", line)
+        f"{document.name}: {line}"
+        for document in documents
+        for line in document.read_text(encoding="utf-8").splitlines()
+        if re.search(r"(?<!\.venv/bin/)python3? manage\.py", line)
     ]
     assert bare == []
