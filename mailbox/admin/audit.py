@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from common.admin.pages import ListTitleMixin, badge, slug_filter
+from common.admin.pages import ListTitleMixin, badge, slug_filter, utc_column
 from common.admin.paging import LargeTableAdminMixin
 from mailbox.models import AuditRecord
 
@@ -100,7 +100,7 @@ class AuditRecordAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
     search_help_text = "Project or room slug, actor (admin:alice, cli:root) or target."
     ordering = ("-created_at", "-id")
     fields = (
-        "created_at",
+        "when",
         "actor",
         "action",
         "project_slug",
@@ -109,11 +109,7 @@ class AuditRecordAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
         "reason",
     )
     readonly_fields = fields
-
-    @admin.display(description="when (UTC)", ordering="created_at")
-    def when(self, record: AuditRecord) -> str:
-        # A space that may wrap between date and time keeps the column narrow.
-        return record.created_at.strftime("%Y-%m-%d %H:%M:%S")
+    when = utc_column("created_at", "when", seconds=True)
 
     @admin.display(description="project · room", ordering="project_slug")
     def where(self, record: AuditRecord) -> str:

@@ -13,6 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from common.admin.actions import admin_actor
+from common.admin.pages import utc_column
 from mailbox import services
 from mailbox.admin.base import ProjectFilter, ServiceErrorsMixin, _adopt
 from mailbox.models import ProjectKey
@@ -41,9 +42,9 @@ class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         "display_prefix",
         "project",
         "label",
-        "created_at",
+        "created",
         "created_by",
-        "last_used_at",
+        "last_used",
         "revoked",
     )
     list_filter = (KeyStatusFilter, ProjectFilter)
@@ -57,11 +58,14 @@ class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         "project",
         "label",
         "created_by",
-        "created_at",
-        "last_used_at",
-        "revoked_at",
+        "created",
+        "last_used",
+        "revoked_on",
     )
     key_created_template = "admin/mailbox/projectkey/key_created.html"
+    created = utc_column("created_at", "created")
+    last_used = utc_column("last_used_at", "last used")
+    revoked_on = utc_column("revoked_at", "revoked")
 
     @admin.display(description="revoked", boolean=True, ordering="revoked_at")
     def revoked(self, obj: ProjectKey) -> bool:

@@ -15,6 +15,7 @@ from django.forms import BaseInlineFormSet, ModelForm, TextInput
 from django.http import HttpRequest
 
 from common.admin.actions import admin_actor
+from common.admin.pages import utc_column
 from mailbox import services
 from mailbox.admin.base import FixedText, ServiceErrorsMixin, _adopt
 from mailbox.errors import OptInNotFound
@@ -53,9 +54,10 @@ class OptInInline(admin.TabularInline):
     fk_name = "project"
     form = OptInInlineForm
     extra = 0
-    fields = ("source", "note", "created_by", "created_at")
-    readonly_fields = ("created_by", "created_at")
+    fields = ("source", "note", "created_by", "created")
+    readonly_fields = ("created_by", "created")
     autocomplete_fields = ("source",)
+    created = utc_column("created_at", "granted")
     verbose_name = "accepts traffic from"
     verbose_name_plural = "Accepts notes and room joins from (cross-project opt-ins)"
 
@@ -72,17 +74,18 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         "max_exchanges",
         "accept_all_projects",
         "workspaces_count",
-        "created_at",
+        "created",
     )
     list_filter = ("mailbox_enabled", "accept_all_projects")
     search_fields = ("slug", "name")
-    readonly_fields = ("created_at",)
+    readonly_fields = ("created",)
     inlines = (OptInInline,)
+    created = utc_column("created_at", "created")
     fieldsets = (
         (
             "Identity",
             {
-                "fields": ("slug", "name", "created_at"),
+                "fields": ("slug", "name", "created"),
                 "description": (
                     "The slug is how agents, keys and URLs name the project; it cannot "
                     "change once created."
@@ -119,7 +122,7 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Project | None = None) -> tuple:
         # Keys, workspaces and clients refer to the slug; renaming would strand them.
-        return ("slug", "created_at") if obj is not None else ("created_at",)
+        return ("slug", "created") if obj is not None else ("created",)
 
     def save_model(self, request: HttpRequest, obj: Project, form: ModelForm, change: bool) -> None:
         data = form.cleaned_data
@@ -168,13 +171,14 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
 
 @admin.register(CrossProjectOptIn)
 class CrossProjectOptInAdmin(ServiceErrorsMixin, admin.ModelAdmin):
-    list_display = ("project", "source", "created_by", "created_at", "note")
+    list_display = ("project", "source", "created_by", "created", "note")
     list_filter = ("created_at",)
     list_select_related = ("project", "source")
     search_fields = ("project__slug", "source__slug", "created_by", "note")
     autocomplete_fields = ("project", "source")
-    fields = ("project", "source", "note", "created_by", "created_at")
-    readonly_fields = ("created_by", "created_at")
+    fields = ("project", "source", "note", "created_by", "created")
+    readonly_fields = ("created_by", "created")
+    created = utc_column("created_at", "granted")
 
     def has_change_permission(
         self, request: HttpRequest, obj: CrossProjectOptIn | None = None

@@ -14,6 +14,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from common.admin.actions import admin_actor
+from common.admin.pages import utc_column
 from mailbox import services
 from mailbox.admin.base import (
     ProjectFilter,
@@ -29,16 +30,17 @@ from mailbox.models import AgentName, Project, Session, Workspace
 
 @admin.register(Workspace)
 class WorkspaceAdmin(ServiceErrorsMixin, admin.ModelAdmin):
-    list_display = ("slug", "project", "created_at")
+    list_display = ("slug", "project", "created")
     list_filter = (ProjectFilter,)
     list_select_related = ("project",)
     search_fields = ("slug", "project__slug")
     autocomplete_fields = ("project",)
-    fields = ("project", "slug", "created_at")
+    fields = ("project", "slug", "created")
+    created = utc_column("created_at", "created")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Workspace | None = None) -> tuple:
         # Agents configure the slug; sessions and names hang off the row.
-        return ("project", "slug", "created_at") if obj is not None else ("created_at",)
+        return ("project", "slug", "created") if obj is not None else ("created",)
 
     def save_model(
         self, request: HttpRequest, obj: Workspace, form: ModelForm, change: bool
@@ -67,12 +69,13 @@ class AgentNameAdmin(admin.ModelAdmin):
 
     form = AgentNameForm
 
-    list_display = ("handle", "workspace", "project", "created_at")
+    list_display = ("handle", "workspace", "project", "created")
     list_select_related = ("workspace__project",)
     search_fields = ("handle", "workspace__slug", "workspace__project__slug")
     list_filter = (WorkspaceProjectFilter,)
     autocomplete_fields = ("workspace",)
-    fields = ("handle", "workspace", "created_at")
+    fields = ("handle", "workspace", "created")
+    created = utc_column("created_at", "created")
 
     @admin.display(description="project", ordering="workspace__project__slug")
     def project(self, obj: AgentName) -> Project:
@@ -80,7 +83,7 @@ class AgentNameAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: AgentName | None = None) -> tuple:
         # Rebinding a name would split it from its sessions' denormalised workspace.
-        return ("handle", "workspace", "created_at") if obj is not None else ("created_at",)
+        return ("handle", "workspace", "created") if obj is not None else ("created",)
 
 
 # --- sessions -------------------------------------------------------------------------
@@ -111,9 +114,9 @@ class SessionAdmin(admin.ModelAdmin):
         "handle",
         "workspace",
         "project",
-        "started_at",
-        "last_seen_at",
-        "ended_at",
+        "started",
+        "last_seen",
+        "ended",
         "end_reason",
         "connected",
     )
@@ -127,14 +130,17 @@ class SessionAdmin(admin.ModelAdmin):
         "workspace",
         "project",
         "token",
-        "started_at",
-        "last_seen_at",
-        "ended_at",
+        "started",
+        "last_seen",
+        "ended",
         "end_reason",
         "project_key",
         "connected",
     )
     readonly_fields = fields
+    started = utc_column("started_at", "started")
+    last_seen = utc_column("last_seen_at", "last seen")
+    ended = utc_column("ended_at", "ended")
 
     @admin.display(description="name", ordering="name__handle")
     def handle(self, obj: Session) -> str:

@@ -17,7 +17,14 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from common.admin.actions import reason_action
-from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge
+from common.admin.pages import (
+    ListTitleMixin,
+    ObjectToolsMixin,
+    ToolButton,
+    badge,
+    utc_column,
+    utc_time,
+)
 from common.markdown import visible_html
 from common.transcripts import parse_after_seq
 from rooms import services, transcripts
@@ -33,8 +40,9 @@ from rooms.models import Member, Room
 
 class MemberInline(admin.TabularInline):
     model = Member
-    fields = ("handle", "shown_name", "state", "read_seq", "joined_at")
+    fields = ("handle", "shown_name", "state", "read_seq", "joined")
     readonly_fields = fields
+    joined = utc_column("joined_at", "joined")
     extra = 0
     can_delete = False
     verbose_name_plural = "Members"
@@ -74,7 +82,7 @@ class RoomAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.M
         "latest_seq",
         "member_total",
         "state",
-        "created_at",
+        "created",
     )
     list_select_related = ("project",)
     list_filter = (RoomLockedFilter, ProjectFilter)
@@ -88,10 +96,11 @@ class RoomAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.M
         "latest_seq",
         "state",
         "created_by",
-        "created_at",
+        "created",
         "related",
     )
     readonly_fields = fields
+    created = utc_column("created_at", "created")
     inlines = (MemberInline,)
     actions = ("lock_rooms", "unlock_rooms")
 
@@ -129,7 +138,7 @@ class RoomAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.M
         return format_html(
             '{} <span class="plumb-muted">since {}</span>',
             badge("locked", "danger"),
-            room.locked_at.strftime("%Y-%m-%d %H:%M UTC"),
+            utc_time(room.locked_at),
         )
 
     @admin.display(description="see also")
