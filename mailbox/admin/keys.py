@@ -11,9 +11,11 @@ from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from common.admin.actions import admin_actor
-from common.admin.pages import utc_column
+from common.admin.pages import badge, utc_column, utc_time
 from mailbox import services
 from mailbox.admin.base import ProjectFilter, ServiceErrorsMixin, _adopt
 from mailbox.models import ProjectKey
@@ -45,7 +47,7 @@ class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         "created",
         "created_by",
         "last_used",
-        "revoked",
+        "status",
     )
     list_filter = (KeyStatusFilter, ProjectFilter)
     list_select_related = ("project",)
@@ -67,9 +69,17 @@ class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
     last_used = utc_column("last_used_at", "last used")
     revoked_on = utc_column("revoked_at", "revoked")
 
-    @admin.display(description="revoked", boolean=True, ordering="revoked_at")
-    def revoked(self, obj: ProjectKey) -> bool:
-        return obj.revoked_at is not None
+    @admin.display(description="status", ordering="revoked_at")
+    def status(self, obj: ProjectKey) -> SafeString:
+        # Words, not Django's boolean icons: a red cross under "revoked" on
+        # every active key read as an error.
+        if obj.revoked_at is None:
+            return badge("active", "ok")
+        return format_html(
+            '{} <span class="plumb-muted">{}</span>',
+            badge("revoked", "danger"),
+            utc_time(obj.revoked_at),
+        )
 
     @admin.display(description="key prefix", ordering="prefix")
     def display_prefix(self, obj: ProjectKey) -> str:
