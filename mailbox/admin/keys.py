@@ -15,7 +15,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from common.admin.actions import admin_actor
-from common.admin.pages import badge, utc_column, utc_time
+from common.admin.pages import ListTitleMixin, badge, utc_column, utc_time
 from mailbox import services
 from mailbox.admin.base import ProjectFilter, ServiceErrorsMixin, _adopt
 from mailbox.models import ProjectKey
@@ -37,7 +37,7 @@ class KeyStatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(ProjectKey)
-class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
+class ProjectKeyAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
     """Keys are issued (shown once), relabelled and revoked; never deleted or read back."""
 
     list_display = (

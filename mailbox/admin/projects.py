@@ -7,15 +7,18 @@ operators only: the ``moderators`` group has no permission here (SPEC §5).
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin import helpers
+from django.contrib.admin.options import InlineModelAdmin
 from django.db.models import Count, QuerySet
 from django.forms import BaseInlineFormSet, ModelForm, TextInput
 from django.http import HttpRequest
 
 from common.admin.actions import admin_actor
-from common.admin.pages import utc_column
+from common.admin.pages import ListTitleMixin, utc_column
 from mailbox import services
 from mailbox.admin.base import FixedText, ServiceErrorsMixin, _adopt
 from mailbox.errors import OptInNotFound
@@ -58,15 +61,26 @@ class OptInInline(admin.TabularInline):
     readonly_fields = ("created_by", "created")
     autocomplete_fields = ("source",)
     created = utc_column("created_at", "granted")
-    verbose_name = "accepts traffic from"
+    verbose_name = "opt-in"
     verbose_name_plural = "Accepts notes and room joins from (cross-project opt-ins)"
+    add_text = "Add an opt-in"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[CrossProjectOptIn]:
         return super().get_queryset(request).select_related("project", "source")
 
 
+class _OptInAdminFormSet(helpers.InlineAdminFormSet):
+    """The opt-ins inline, whose add button (drawn by Django's inlines.js) says
+    the inline's ``add_text`` instead of "Add another <verbose name>"."""
+
+    def inline_formset_data(self) -> str:
+        data = json.loads(super().inline_formset_data())
+        data["options"]["addText"] = self.opts.add_text
+        return json.dumps(data)
+
+
 @admin.register(Project)
-class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
+class ProjectAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
     list_display = (
         "slug",
         "name",
@@ -120,6 +134,20 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
     def workspaces_count(self, obj: Project) -> int:
         return obj.workspace_total
 
+    def get_inline_formsets(
+        self,
+        request: HttpRequest,
+        formsets: list[BaseInlineFormSet],
+        inline_instances: list[InlineModelAdmin],
+        obj: Project | None = None,
+    ) -> list[helpers.InlineAdminFormSet]:
+        inline_formsets = super().get_inline_formsets(request, formsets, inline_instances, obj)
+        for inline_formset in inline_formsets:
+            if isinstance(inline_formset.opts, OptInInline):
+                # Django builds the wrapper itself; the subclass changes one label.
+                inline_formset.__class__ = _OptInAdminFormSet
+        return inline_formsets
+
     def get_readonly_fields(self, request: HttpRequest, obj: Project | None = None) -> tuple:
         # Keys, workspaces and clients refer to the slug; renaming would strand them.
         return ("slug", "created") if obj is not None else ("created",)
@@ -170,7 +198,7 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
 
 
 @admin.register(CrossProjectOptIn)
-class CrossProjectOptInAdmin(ServiceErrorsMixin, admin.ModelAdmin):
+class CrossProjectOptInAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
     list_display = ("project", "source", "created_by", "created", "note")
     list_filter = ("created_at",)
     list_select_related = ("project", "source")

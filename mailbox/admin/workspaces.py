@@ -14,7 +14,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from common.admin.actions import admin_actor
-from common.admin.pages import utc_column
+from common.admin.pages import ListTitleMixin, utc_column
 from mailbox import services
 from mailbox.admin.base import (
     ProjectFilter,
@@ -29,7 +29,7 @@ from mailbox.models import AgentName, Project, Session, Workspace
 
 
 @admin.register(Workspace)
-class WorkspaceAdmin(ServiceErrorsMixin, admin.ModelAdmin):
+class WorkspaceAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
     list_display = ("slug", "project", "created")
     list_filter = (ProjectFilter,)
     list_select_related = ("project",)
@@ -64,7 +64,7 @@ class AgentNameForm(ModelForm):
 
 
 @admin.register(AgentName)
-class AgentNameAdmin(admin.ModelAdmin):
+class AgentNameAdmin(ListTitleMixin, admin.ModelAdmin):
     """Names are claimed by session starts; adding one here reserves it for a workspace."""
 
     form = AgentNameForm
@@ -106,7 +106,7 @@ class ConnectedFilter(admin.SimpleListFilter):
 
 
 @admin.register(Session)
-class SessionAdmin(admin.ModelAdmin):
+class SessionAdmin(ListTitleMixin, admin.ModelAdmin):
     """Sessions are started by agents and ended here; never added, edited or deleted."""
 
     list_display = (

@@ -65,7 +65,7 @@ def test_an_optin_granted_in_the_admin_lets_a_cross_project_note_through(page: P
 
     log_in(page, "ops")
     page.goto(f"/admin/mailbox/project/{acme.pk}/change/")
-    page.get_by_text("Add another accepts traffic from").click()
+    page.get_by_text("Add an opt-in").click()
     page.locator("#id_optins-1-source + .select2").click()
     page.locator(".select2-search__field").fill("partn")
     page.locator(".select2-results__option", has_text="partner").click()

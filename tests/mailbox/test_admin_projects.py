@@ -2,6 +2,8 @@
 is audited under the operator, and a refusal becomes a form error (SPEC §5).
 """
 
+import json
+
 import pytest
 
 from mailbox import services
@@ -116,6 +118,19 @@ def test_project_changelist_has_collab_columns_and_filters(admin_client):
 
 
 # --- opt-ins --------------------------------------------------------------------------
+
+
+def test_the_optin_inline_button_says_add_an_optin(admin_client):
+    project = ProjectFactory(slug="acme")
+    OptInFactory(project=project, source=ProjectFactory(slug="partner"))
+
+    response = admin_client.get(url("project", "change", project.pk))
+
+    (optins,) = response.context["inline_admin_formsets"]
+    assert json.loads(optins.inline_formset_data())["options"]["addText"] == "Add an opt-in"
+    page = html(response)
+    assert "Add an opt-in" in page
+    assert "ccepts traffic from" not in page
 
 
 def test_inline_optin_added_on_a_project_records_the_operator(admin_client, admin_user):
