@@ -19,6 +19,7 @@ from rooms.admin.base import (
     RoomFilter,
     _member_state,
     _ViewOnlyObjectsMixin,
+    with_departures,
 )
 from rooms.models import Member
 
@@ -48,7 +49,7 @@ class MemberAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin
     actions = ("mute_members", "unmute_members", "remove_members")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Member]:
-        return super().get_queryset(request).select_related("room", "name")
+        return with_departures(super().get_queryset(request).select_related("room", "name"))
 
     @admin.display(description="handle", ordering="name__handle")
     def handle(self, member: Member) -> str:

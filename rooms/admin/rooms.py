@@ -34,6 +34,7 @@ from rooms.admin.base import (
     _changelist,
     _member_state,
     _ViewOnlyObjectsMixin,
+    with_departures,
 )
 from rooms.models import Member, Room
 
@@ -48,7 +49,8 @@ class MemberInline(admin.TabularInline):
     verbose_name_plural = "Members"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Member]:
-        return super().get_queryset(request).select_related("name").order_by("joined_at", "id")
+        members = super().get_queryset(request).select_related("name")
+        return with_departures(members).order_by("joined_at", "id")
 
     @admin.display(description="handle")
     def handle(self, member: Member) -> SafeString:
