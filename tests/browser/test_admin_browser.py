@@ -47,6 +47,7 @@ def test_an_operator_logs_in_to_the_operations_index(page: Page, superuser):
     expect(page.locator("#site-name")).to_contain_text("plumb")
     expect(page.locator(".plumb-role")).to_have_text("superuser")
     expect(page.locator("#content h1")).to_have_text("Operations")
+    page.locator("details.plumb-all-models summary").click()  # the folded app list
     expect(page.locator("a[href='/admin/mailbox/crossprojectoptin/']").first).to_be_visible()
     expect(page.locator("a[href='/admin/rooms/message/']").first).to_be_visible()
     screenshot(page, "admin-index")

@@ -94,6 +94,15 @@ def test_the_chart_caption_dates_its_first_hour(admin_client, monkeypatch):
     assert "<title>30 Nov 02:00 to 03:00 UTC: 0 messages, 0 notes</title>" in panel
 
 
+def test_the_full_app_list_is_folded_under_all_models(admin_client):
+    """The task cards come first; Django's app list opens on a click, without a script."""
+    page = admin_client.get(reverse("admin:index")).content.decode()
+
+    folded = re.search(r'<details class="plumb-all-models">\s*<summary>All models</summary>', page)
+    assert folded
+    assert page.index("plumb-start-wrap") < folded.start() < page.index('class="app-mailbox')
+
+
 def test_operators_get_links_to_the_project_and_its_connected_sessions(admin_client):
     busy_project("acme")
 
