@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.text import Truncator
 
 from common.admin.actions import NEXT_FIELD
 
@@ -25,19 +26,27 @@ def badge(text: str, kind: str = "") -> SafeString:
     return format_html('<span class="{}">{}</span>', css, text)
 
 
+def shortened(text: str, limit: int) -> SafeString | str:
+    """``text`` cut to ``limit`` characters, the whole of it in a title to hover for."""
+    if len(text) <= limit:
+        return text
+    return format_html('<span title="{}">{}</span>', text, Truncator(text).chars(limit))
+
+
 def utc_time(value: datetime | None, *, seconds: bool = False) -> SafeString | str:
     """``2025-12-01 02:05 UTC`` in a ``<time>`` element; the admin's "-" for no time.
 
     Every time the admin shows says its zone: a bare "02:00" on a page read
     from another zone is a different moment. The line may break between the
-    date and the time, never inside the time, which keeps list columns narrow.
+    date and the time, never inside either, which keeps list columns narrow.
     """
     if value is None:
         return "-"
     value = value.astimezone(UTC)
     clock = value.strftime("%H:%M:%S" if seconds else "%H:%M")
     return format_html(
-        '<time datetime="{}" title="{}">{} <span class="plumb-nowrap">{}&nbsp;UTC</span></time>',
+        '<time datetime="{}" title="{}"><span class="plumb-nowrap">{}</span> '
+        '<span class="plumb-nowrap">{}&nbsp;UTC</span></time>',
         value.isoformat(timespec="seconds"),
         value.strftime("%Y-%m-%d %H:%M:%S UTC"),
         value.strftime("%Y-%m-%d"),

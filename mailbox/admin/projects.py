@@ -16,9 +16,11 @@ from django.contrib.admin.options import InlineModelAdmin
 from django.db.models import Count, QuerySet
 from django.forms import BaseInlineFormSet, ModelForm, TextInput
 from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from common.admin.actions import admin_actor
-from common.admin.pages import ListTitleMixin, utc_column
+from common.admin.pages import ListTitleMixin, badge, utc_column
 from mailbox import services
 from mailbox.admin.base import FixedText, ServiceErrorsMixin, _adopt
 from mailbox.errors import OptInNotFound
@@ -81,12 +83,13 @@ class _OptInAdminFormSet(helpers.InlineAdminFormSet):
 
 @admin.register(Project)
 class ProjectAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
+    # The name under the slug, so that the list fits beside the sidebars of a
+    # 1280px screen.
     list_display = (
-        "slug",
-        "name",
-        "mailbox_enabled",
+        "slug_and_name",
+        "mailbox",
         "max_exchanges",
-        "accept_all_projects",
+        "accepts",
         "workspaces_count",
         "created",
     )
@@ -129,6 +132,23 @@ class ProjectAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
             .annotate(workspace_total=Count("workspaces"))
             .order_by(*Project._meta.ordering)
         )
+
+    @admin.display(description="project", ordering="slug")
+    def slug_and_name(self, obj: Project) -> SafeString:
+        name = format_html('<div class="plumb-muted plumb-small">{}</div>', obj.name)
+        return format_html("{}{}", obj.slug, name if obj.name else "")
+
+    # Words, not Django's boolean icons: a red cross reads as an error, and
+    # neither setting being off is one.
+    @admin.display(description="mailbox", ordering="mailbox_enabled")
+    def mailbox(self, obj: Project) -> SafeString:
+        return badge("on", "ok") if obj.mailbox_enabled else badge("off", "muted")
+
+    @admin.display(description="accepts", ordering="accept_all_projects")
+    def accepts(self, obj: Project) -> SafeString:
+        if obj.accept_all_projects:
+            return badge("all projects", "warn")
+        return badge("its opt-ins", "muted")
 
     @admin.display(description="workspaces", ordering="workspace_total")
     def workspaces_count(self, obj: Project) -> int:

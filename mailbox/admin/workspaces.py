@@ -12,9 +12,11 @@ from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from common.admin.actions import admin_actor
-from common.admin.pages import ListTitleMixin, utc_column
+from common.admin.pages import ListTitleMixin, badge, utc_column, utc_time
 from mailbox import services
 from mailbox.admin.base import (
     ProjectFilter,
@@ -88,6 +90,13 @@ class AgentNameAdmin(ListTitleMixin, admin.ModelAdmin):
 
 # --- sessions -------------------------------------------------------------------------
 
+# How a session ended, in a badge's few words.
+END_WORDS = {
+    Session.EndReason.ENDED: "ended",
+    Session.EndReason.EXPIRED: "expired",
+    Session.EndReason.KEY_REVOKED: "key revoked",
+}
+
 
 class ConnectedFilter(admin.SimpleListFilter):
     title = "connected"
@@ -109,17 +118,10 @@ class ConnectedFilter(admin.SimpleListFilter):
 class SessionAdmin(ListTitleMixin, admin.ModelAdmin):
     """Sessions are started by agents and ended here; never added, edited or deleted."""
 
-    list_display = (
-        "public_id",
-        "handle",
-        "workspace",
-        "project",
-        "started",
-        "last_seen",
-        "ended",
-        "end_reason",
-        "connected",
-    )
+    # Five columns, so that the list fits beside the sidebars of a 1280px screen:
+    # the workspace (which names its project) under the name, and whether the
+    # session is connected, or how and when it ended, in one "state".
+    list_display = ("public_id", "holder", "started", "last_seen", "state")
     list_filter = (ConnectedFilter, WorkspaceProjectFilter)
     list_select_related = ("name", "workspace__project")
     search_fields = ("public_id", "name__handle", "workspace__slug", "workspace__project__slug")
@@ -142,13 +144,29 @@ class SessionAdmin(ListTitleMixin, admin.ModelAdmin):
     last_seen = utc_column("last_seen_at", "last seen")
     ended = utc_column("ended_at", "ended")
 
-    @admin.display(description="name", ordering="name__handle")
-    def handle(self, obj: Session) -> str:
-        return obj.name.handle
+    @admin.display(description="name · workspace", ordering="name__handle")
+    def holder(self, obj: Session) -> SafeString:
+        return format_html(
+            '{}<div class="plumb-muted plumb-small">{}</div>', obj.name.handle, obj.workspace
+        )
 
     @admin.display(description="project", ordering="workspace__project__slug")
     def project(self, obj: Session) -> Project:
         return obj.workspace.project
+
+    @admin.display(description="state", ordering="ended_at")
+    def state(self, obj: Session) -> SafeString:
+        if obj.ended_at is None:
+            if obj.is_connected(timezone.now()):
+                return badge("connected", "ok")
+            return badge("not connected", "muted")
+        # The short word in the badge, the model's whole sentence on hover.
+        return format_html(
+            '<span title="{}">{}</span><div>{}</div>',
+            obj.get_end_reason_display() or "ended",
+            badge(END_WORDS.get(obj.end_reason, "ended"), "muted"),
+            utc_time(obj.ended_at),
+        )
 
     @admin.display(description="token prefix")
     def token(self, obj: Session) -> str:

@@ -153,7 +153,7 @@ def _member_state(member: Member) -> SafeString:
     if member.left_at is None:
         return state
     return format_html(
-        '{}{} <span class="plumb-muted">{}</span>',
+        '{}{}<div class="plumb-muted plumb-small">{}</div>',
         state,
         format_html(' <span class="plumb-reason">&mdash; {}</span>', reason) if reason else "",
         utc_time(member.left_at),

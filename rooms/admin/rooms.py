@@ -41,7 +41,8 @@ from rooms.models import Member, Room
 
 class MemberInline(admin.TabularInline):
     model = Member
-    fields = ("handle", "shown_name", "state", "read_seq", "joined")
+    # Four columns, the display name under the handle, so that a phone shows them all.
+    fields = ("member", "state", "read_seq", "joined")
     readonly_fields = fields
     joined = utc_column("joined_at", "joined")
     extra = 0
@@ -52,17 +53,19 @@ class MemberInline(admin.TabularInline):
         members = super().get_queryset(request).select_related("name")
         return with_departures(members).order_by("joined_at", "id")
 
-    @admin.display(description="handle")
-    def handle(self, member: Member) -> SafeString:
+    @admin.display(description="member")
+    def member(self, member: Member) -> SafeString:
+        shown_name = (
+            format_html('<div class="plumb-small">{}</div>', visible_html(member.display_name))
+            if member.display_name
+            else ""
+        )
         return format_html(
-            '<a href="{}">{}</a>',
+            '<a href="{}">{}</a>{}',
             reverse("admin:rooms_member_change", args=[member.pk]),
             member.name.handle,
+            shown_name,
         )
-
-    @admin.display(description="display name")
-    def shown_name(self, member: Member) -> SafeString:
-        return visible_html(member.display_name)
 
     @admin.display(description="state")
     def state(self, member: Member) -> SafeString:

@@ -115,6 +115,10 @@ def test_project_changelist_has_collab_columns_and_filters(admin_client):
     assert [p.slug for p in response.context["cl"].result_list] == ["quiet"]
     response = admin_client.get(url("project", "changelist"), {"q": "acm"})
     assert [p.slug for p in response.context["cl"].result_list] == ["acme"]
+    page = html(response)
+    assert '<span class="plumb-badge plumb-badge-ok">on</span>' in page
+    assert '<span class="plumb-badge plumb-badge-warn">all projects</span>' in page
+    assert "icon-no.svg" not in page
 
 
 # --- opt-ins --------------------------------------------------------------------------
