@@ -23,7 +23,7 @@ before any password is checked.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -148,7 +148,7 @@ def glance_context(request: HttpRequest) -> dict[str, Any]:
         "glance": {
             "rows": rows,
             "total": total,
-            "since": activity.hours[0],
+            "since": _hour_label(activity.hours[0]),
             "bar_width": BAR_WIDTH,
         }
     }
@@ -189,7 +189,7 @@ def chart(messages: list[int], notes: list[int], hours: list[datetime]) -> Chart
             Bar(
                 x=index * (BAR_WIDTH + BAR_GAP),
                 title=(
-                    f"{hour:%H}:00 to {(hour.hour + 1) % 24:02d}:00 UTC: "
+                    f"{_hour_label(hour)} to {(hour.hour + 1) % 24:02d}:00 UTC: "
                     f"{_count(m, 'message')}, {_count(n, 'note')}"
                 ),
                 messages_y=floor - messages_height,
@@ -206,6 +206,13 @@ def chart(messages: list[int], notes: list[int], hours: list[datetime]) -> Chart
     return Chart(
         width=width, height=CHART_HEIGHT, baseline=floor + 0.5, bars=bars, peak=peak, label=label
     )
+
+
+def _hour_label(hour: datetime) -> str:
+    """``1 Dec 02:00``: with its day, so that the first of the last 24 hours, which is
+    later in the day than the current one, does not read as a time still to come."""
+    hour = hour.astimezone(UTC)
+    return f"{hour.day} {hour:%b %H}:00"
 
 
 def _scaled(value: int, peak: int, usable: int) -> int:

@@ -1,10 +1,12 @@
 """Page furniture shared by plumb's model admins: tool buttons on change pages,
-plain changelist titles, state badges and filters that scale."""
+plain changelist titles, state badges, times with their zone and filters that
+scale."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import admin
@@ -13,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.text import Truncator
 
 from common.admin.actions import NEXT_FIELD
 
@@ -21,6 +24,50 @@ def badge(text: str, kind: str = "") -> SafeString:
     """A small rounded label; ``kind`` is ok, warn, danger, muted or mod."""
     css = f"plumb-badge plumb-badge-{kind}" if kind else "plumb-badge"
     return format_html('<span class="{}">{}</span>', css, text)
+
+
+def shortened(text: str, limit: int) -> SafeString | str:
+    """``text`` cut to ``limit`` characters, the whole of it in a title to hover for."""
+    if len(text) <= limit:
+        return text
+    return format_html('<span title="{}">{}</span>', text, Truncator(text).chars(limit))
+
+
+def utc_time(value: datetime | None, *, seconds: bool = False) -> SafeString | str:
+    """``2025-12-01 02:05 UTC`` in a ``<time>`` element; the admin's "-" for no time.
+
+    Every time the admin shows says its zone: a bare "02:00" on a page read
+    from another zone is a different moment. The line may break between the
+    date and the time, never inside either, which keeps list columns narrow.
+    """
+    if value is None:
+        return "-"
+    value = value.astimezone(UTC)
+    clock = value.strftime("%H:%M:%S" if seconds else "%H:%M")
+    return format_html(
+        '<time datetime="{}" title="{}"><span class="plumb-nowrap">{}</span> '
+        '<span class="plumb-nowrap">{}&nbsp;UTC</span></time>',
+        value.isoformat(timespec="seconds"),
+        value.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        value.strftime("%Y-%m-%d"),
+        clock,
+    )
+
+
+def utc_column(
+    field: str, description: str, *, seconds: bool = False
+) -> Callable[[Any, Model], SafeString | str]:
+    """A model admin column (or read-only field) showing ``field`` with :func:`utc_time`.
+
+    Assign it to a class attribute and name that attribute in ``list_display``
+    or ``fields``: ``started = utc_column("started_at", "started")``.
+    """
+
+    @admin.display(description=description, ordering=field)
+    def column(model_admin: Any, obj: Model) -> SafeString | str:
+        return utc_time(getattr(obj, field), seconds=seconds)
+
+    return column
 
 
 class ListTitleMixin:

@@ -20,7 +20,14 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from common.admin.actions import reason_action
-from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge
+from common.admin.pages import (
+    ListTitleMixin,
+    ObjectToolsMixin,
+    ToolButton,
+    badge,
+    utc_column,
+    utc_time,
+)
 from common.admin.paging import LargeTableAdminMixin
 from common.markdown import render_markdown
 from common.transcripts import parse_after_seq
@@ -49,8 +56,10 @@ def _addressee(note: Note) -> str:
 
 class NoteInline(admin.TabularInline):
     model = Note
-    fields = ("note_link", "sender", "to", "created_at", "delivered_at", "excerpt")
+    fields = ("note_link", "sender", "to", "created", "delivered", "excerpt")
     readonly_fields = fields
+    created = utc_column("created_at", "sent")
+    delivered = utc_column("delivered_at", "delivered")
     extra = 0
     can_delete = False
     verbose_name_plural = "Notes (the transcript shows them in full)"
@@ -96,7 +105,7 @@ class ConversationAdmin(ListTitleMixin, ObjectToolsMixin, LargeTableAdminMixin, 
         "participant_handles",
         "notes_count",
         "cap",
-        "last_note_at",
+        "last_note",
         "state",
     )
     list_filter = (LockedFilter,)
@@ -109,11 +118,13 @@ class ConversationAdmin(ListTitleMixin, ObjectToolsMixin, LargeTableAdminMixin, 
         "cap",
         "notes_count",
         "exchanges_left",
-        "created_at",
-        "last_note_at",
+        "created",
+        "last_note",
         "state",
     )
     readonly_fields = fields
+    created = utc_column("created_at", "started")
+    last_note = utc_column("last_note_at", "last note")
     inlines = (NoteInline,)
     actions = ("lock_conversations", "unlock_conversations")
 
@@ -156,7 +167,7 @@ class ConversationAdmin(ListTitleMixin, ObjectToolsMixin, LargeTableAdminMixin, 
         return format_html(
             '{} <span class="plumb-muted">since {}</span>',
             badge("locked", "danger"),
-            conversation.locked_at.strftime("%Y-%m-%d %H:%M UTC"),
+            utc_time(conversation.locked_at),
         )
 
     @admin.display(description="exchanges left")
@@ -263,8 +274,8 @@ class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
         "position",
         "sender",
         "to",
-        "created_at",
-        "delivered_at",
+        "created",
+        "delivered",
     )
     list_select_related = ("conversation", "sender_name", "recipient", "next_workspace__project")
     search_fields = ("=public_id", "=conversation__public_id", "sender_name__handle")
@@ -277,12 +288,14 @@ class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
         "sender",
         "to",
         "delivery",
-        "created_at",
-        "delivered_at",
+        "created",
+        "delivered",
         "rendered",
         "body",
     )
     readonly_fields = fields
+    created = utc_column("created_at", "sent", seconds=True)
+    delivered = utc_column("delivered_at", "delivered", seconds=True)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Note]:
         return super().get_queryset(request).select_related(*self.list_select_related)

@@ -11,11 +11,17 @@ from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from common.admin.actions import admin_actor
+from common.admin.pages import ListTitleMixin, badge, shortened, utc_column, utc_time
 from mailbox import services
 from mailbox.admin.base import ProjectFilter, ServiceErrorsMixin, _adopt
 from mailbox.models import ProjectKey
+
+# Characters of a label the list shows; the whole label is in the cell's title.
+LABEL_SHOWN = 40
 
 
 class KeyStatusFilter(admin.SimpleListFilter):
@@ -34,18 +40,13 @@ class KeyStatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(ProjectKey)
-class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
+class ProjectKeyAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
     """Keys are issued (shown once), relabelled and revoked; never deleted or read back."""
 
-    list_display = (
-        "display_prefix",
-        "project",
-        "label",
-        "created_at",
-        "created_by",
-        "last_used_at",
-        "revoked",
-    )
+    # Five columns, so that the list fits beside the sidebars of a 1280px screen:
+    # who created a key under when, and when an active key was last used under
+    # its status.
+    list_display = ("display_prefix", "project", "short_label", "issued", "status")
     list_filter = (KeyStatusFilter, ProjectFilter)
     list_select_related = ("project",)
     search_fields = ("prefix", "label", "project__slug", "created_by")
@@ -57,19 +58,47 @@ class ProjectKeyAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         "project",
         "label",
         "created_by",
-        "created_at",
-        "last_used_at",
-        "revoked_at",
+        "created",
+        "last_used",
+        "revoked_on",
     )
     key_created_template = "admin/mailbox/projectkey/key_created.html"
+    created = utc_column("created_at", "created")
+    last_used = utc_column("last_used_at", "last used")
+    revoked_on = utc_column("revoked_at", "revoked")
 
-    @admin.display(description="revoked", boolean=True, ordering="revoked_at")
-    def revoked(self, obj: ProjectKey) -> bool:
-        return obj.revoked_at is not None
+    @admin.display(description="status", ordering="revoked_at")
+    def status(self, obj: ProjectKey) -> SafeString:
+        # Words, not Django's boolean icons: a red cross under "revoked" on
+        # every active key read as an error.
+        if obj.revoked_at is None:
+            used = (
+                format_html("used {}", utc_time(obj.last_used_at))
+                if obj.last_used_at
+                else "never used"
+            )
+            return format_html(
+                '{}<div class="plumb-muted plumb-small">{}</div>', badge("active", "ok"), used
+            )
+        return format_html(
+            '{}<div class="plumb-muted plumb-small">{}</div>',
+            badge("revoked", "danger"),
+            utc_time(obj.revoked_at),
+        )
+
+    @admin.display(description="label", ordering="label")
+    def short_label(self, obj: ProjectKey) -> SafeString | str:
+        return shortened(obj.label, LABEL_SHOWN) or "-"
+
+    @admin.display(description="created", ordering="created_at")
+    def issued(self, obj: ProjectKey) -> SafeString:
+        by = format_html('<div class="plumb-muted plumb-small">by {}</div>', obj.created_by)
+        return format_html("{}{}", utc_time(obj.created_at), by if obj.created_by else "")
 
     @admin.display(description="key prefix", ordering="prefix")
-    def display_prefix(self, obj: ProjectKey) -> str:
-        return obj.display_prefix
+    def display_prefix(self, obj: ProjectKey) -> SafeString:
+        # Breaks, where it must, after the part every key shares.
+        return format_html("plumb_key_<wbr>{}", obj.prefix)
 
     def get_fields(self, request: HttpRequest, obj: ProjectKey | None = None) -> tuple:
         return self.change_fields if obj is not None else self.add_fields

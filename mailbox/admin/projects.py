@@ -7,14 +7,20 @@ operators only: the ``moderators`` group has no permission here (SPEC §5).
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin import helpers
+from django.contrib.admin.options import InlineModelAdmin
 from django.db.models import Count, QuerySet
 from django.forms import BaseInlineFormSet, ModelForm, TextInput
 from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from common.admin.actions import admin_actor
+from common.admin.pages import ListTitleMixin, badge, utc_column
 from mailbox import services
 from mailbox.admin.base import FixedText, ServiceErrorsMixin, _adopt
 from mailbox.errors import OptInNotFound
@@ -53,36 +59,50 @@ class OptInInline(admin.TabularInline):
     fk_name = "project"
     form = OptInInlineForm
     extra = 0
-    fields = ("source", "note", "created_by", "created_at")
-    readonly_fields = ("created_by", "created_at")
+    fields = ("source", "note", "created_by", "created")
+    readonly_fields = ("created_by", "created")
     autocomplete_fields = ("source",)
-    verbose_name = "accepts traffic from"
+    created = utc_column("created_at", "granted")
+    verbose_name = "opt-in"
     verbose_name_plural = "Accepts notes and room joins from (cross-project opt-ins)"
+    add_text = "Add an opt-in"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[CrossProjectOptIn]:
         return super().get_queryset(request).select_related("project", "source")
 
 
+class _OptInAdminFormSet(helpers.InlineAdminFormSet):
+    """The opt-ins inline, whose add button (drawn by Django's inlines.js) says
+    the inline's ``add_text`` instead of "Add another <verbose name>"."""
+
+    def inline_formset_data(self) -> str:
+        data = json.loads(super().inline_formset_data())
+        data["options"]["addText"] = self.opts.add_text
+        return json.dumps(data)
+
+
 @admin.register(Project)
-class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
+class ProjectAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
+    # The name under the slug, so that the list fits beside the sidebars of a
+    # 1280px screen.
     list_display = (
-        "slug",
-        "name",
-        "mailbox_enabled",
+        "slug_and_name",
+        "mailbox",
         "max_exchanges",
-        "accept_all_projects",
+        "accepts",
         "workspaces_count",
-        "created_at",
+        "created",
     )
     list_filter = ("mailbox_enabled", "accept_all_projects")
     search_fields = ("slug", "name")
-    readonly_fields = ("created_at",)
+    readonly_fields = ("created",)
     inlines = (OptInInline,)
+    created = utc_column("created_at", "created")
     fieldsets = (
         (
             "Identity",
             {
-                "fields": ("slug", "name", "created_at"),
+                "fields": ("slug", "name", "created"),
                 "description": (
                     "The slug is how agents, keys and URLs name the project; it cannot "
                     "change once created."
@@ -113,13 +133,44 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
             .order_by(*Project._meta.ordering)
         )
 
+    @admin.display(description="project", ordering="slug")
+    def slug_and_name(self, obj: Project) -> SafeString:
+        name = format_html('<div class="plumb-muted plumb-small">{}</div>', obj.name)
+        return format_html("{}{}", obj.slug, name if obj.name else "")
+
+    # Words, not Django's boolean icons: a red cross reads as an error, and
+    # neither setting being off is one.
+    @admin.display(description="mailbox", ordering="mailbox_enabled")
+    def mailbox(self, obj: Project) -> SafeString:
+        return badge("on", "ok") if obj.mailbox_enabled else badge("off", "muted")
+
+    @admin.display(description="accepts", ordering="accept_all_projects")
+    def accepts(self, obj: Project) -> SafeString:
+        if obj.accept_all_projects:
+            return badge("all projects", "warn")
+        return badge("its opt-ins", "muted")
+
     @admin.display(description="workspaces", ordering="workspace_total")
     def workspaces_count(self, obj: Project) -> int:
         return obj.workspace_total
 
+    def get_inline_formsets(
+        self,
+        request: HttpRequest,
+        formsets: list[BaseInlineFormSet],
+        inline_instances: list[InlineModelAdmin],
+        obj: Project | None = None,
+    ) -> list[helpers.InlineAdminFormSet]:
+        inline_formsets = super().get_inline_formsets(request, formsets, inline_instances, obj)
+        for inline_formset in inline_formsets:
+            if isinstance(inline_formset.opts, OptInInline):
+                # Django builds the wrapper itself; the subclass changes one label.
+                inline_formset.__class__ = _OptInAdminFormSet
+        return inline_formsets
+
     def get_readonly_fields(self, request: HttpRequest, obj: Project | None = None) -> tuple:
         # Keys, workspaces and clients refer to the slug; renaming would strand them.
-        return ("slug", "created_at") if obj is not None else ("created_at",)
+        return ("slug", "created") if obj is not None else ("created",)
 
     def save_model(self, request: HttpRequest, obj: Project, form: ModelForm, change: bool) -> None:
         data = form.cleaned_data
@@ -167,14 +218,15 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
 
 
 @admin.register(CrossProjectOptIn)
-class CrossProjectOptInAdmin(ServiceErrorsMixin, admin.ModelAdmin):
-    list_display = ("project", "source", "created_by", "created_at", "note")
+class CrossProjectOptInAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
+    list_display = ("project", "source", "created_by", "created", "note")
     list_filter = ("created_at",)
     list_select_related = ("project", "source")
     search_fields = ("project__slug", "source__slug", "created_by", "note")
     autocomplete_fields = ("project", "source")
-    fields = ("project", "source", "note", "created_by", "created_at")
-    readonly_fields = ("created_by", "created_at")
+    fields = ("project", "source", "note", "created_by", "created")
+    readonly_fields = ("created_by", "created")
+    created = utc_column("created_at", "granted")
 
     def has_change_permission(
         self, request: HttpRequest, obj: CrossProjectOptIn | None = None

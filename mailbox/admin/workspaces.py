@@ -12,8 +12,11 @@ from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from common.admin.actions import admin_actor
+from common.admin.pages import ListTitleMixin, badge, utc_column, utc_time
 from mailbox import services
 from mailbox.admin.base import (
     ProjectFilter,
@@ -28,17 +31,18 @@ from mailbox.models import AgentName, Project, Session, Workspace
 
 
 @admin.register(Workspace)
-class WorkspaceAdmin(ServiceErrorsMixin, admin.ModelAdmin):
-    list_display = ("slug", "project", "created_at")
+class WorkspaceAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
+    list_display = ("slug", "project", "created")
     list_filter = (ProjectFilter,)
     list_select_related = ("project",)
     search_fields = ("slug", "project__slug")
     autocomplete_fields = ("project",)
-    fields = ("project", "slug", "created_at")
+    fields = ("project", "slug", "created")
+    created = utc_column("created_at", "created")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Workspace | None = None) -> tuple:
         # Agents configure the slug; sessions and names hang off the row.
-        return ("project", "slug", "created_at") if obj is not None else ("created_at",)
+        return ("project", "slug", "created") if obj is not None else ("created",)
 
     def save_model(
         self, request: HttpRequest, obj: Workspace, form: ModelForm, change: bool
@@ -62,17 +66,18 @@ class AgentNameForm(ModelForm):
 
 
 @admin.register(AgentName)
-class AgentNameAdmin(admin.ModelAdmin):
+class AgentNameAdmin(ListTitleMixin, admin.ModelAdmin):
     """Names are claimed by session starts; adding one here reserves it for a workspace."""
 
     form = AgentNameForm
 
-    list_display = ("handle", "workspace", "project", "created_at")
+    list_display = ("handle", "workspace", "project", "created")
     list_select_related = ("workspace__project",)
     search_fields = ("handle", "workspace__slug", "workspace__project__slug")
     list_filter = (WorkspaceProjectFilter,)
     autocomplete_fields = ("workspace",)
-    fields = ("handle", "workspace", "created_at")
+    fields = ("handle", "workspace", "created")
+    created = utc_column("created_at", "created")
 
     @admin.display(description="project", ordering="workspace__project__slug")
     def project(self, obj: AgentName) -> Project:
@@ -80,10 +85,17 @@ class AgentNameAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: AgentName | None = None) -> tuple:
         # Rebinding a name would split it from its sessions' denormalised workspace.
-        return ("handle", "workspace", "created_at") if obj is not None else ("created_at",)
+        return ("handle", "workspace", "created") if obj is not None else ("created",)
 
 
 # --- sessions -------------------------------------------------------------------------
+
+# How a session ended, in a badge's few words.
+END_WORDS = {
+    Session.EndReason.ENDED: "ended",
+    Session.EndReason.EXPIRED: "expired",
+    Session.EndReason.KEY_REVOKED: "key revoked",
+}
 
 
 class ConnectedFilter(admin.SimpleListFilter):
@@ -103,20 +115,13 @@ class ConnectedFilter(admin.SimpleListFilter):
 
 
 @admin.register(Session)
-class SessionAdmin(admin.ModelAdmin):
+class SessionAdmin(ListTitleMixin, admin.ModelAdmin):
     """Sessions are started by agents and ended here; never added, edited or deleted."""
 
-    list_display = (
-        "public_id",
-        "handle",
-        "workspace",
-        "project",
-        "started_at",
-        "last_seen_at",
-        "ended_at",
-        "end_reason",
-        "connected",
-    )
+    # Five columns, so that the list fits beside the sidebars of a 1280px screen:
+    # the workspace (which names its project) under the name, and whether the
+    # session is connected, or how and when it ended, in one "state".
+    list_display = ("public_id", "holder", "started", "last_seen", "state")
     list_filter = (ConnectedFilter, WorkspaceProjectFilter)
     list_select_related = ("name", "workspace__project")
     search_fields = ("public_id", "name__handle", "workspace__slug", "workspace__project__slug")
@@ -127,22 +132,41 @@ class SessionAdmin(admin.ModelAdmin):
         "workspace",
         "project",
         "token",
-        "started_at",
-        "last_seen_at",
-        "ended_at",
+        "started",
+        "last_seen",
+        "ended",
         "end_reason",
         "project_key",
         "connected",
     )
     readonly_fields = fields
+    started = utc_column("started_at", "started")
+    last_seen = utc_column("last_seen_at", "last seen")
+    ended = utc_column("ended_at", "ended")
 
-    @admin.display(description="name", ordering="name__handle")
-    def handle(self, obj: Session) -> str:
-        return obj.name.handle
+    @admin.display(description="name · workspace", ordering="name__handle")
+    def holder(self, obj: Session) -> SafeString:
+        return format_html(
+            '{}<div class="plumb-muted plumb-small">{}</div>', obj.name.handle, obj.workspace
+        )
 
     @admin.display(description="project", ordering="workspace__project__slug")
     def project(self, obj: Session) -> Project:
         return obj.workspace.project
+
+    @admin.display(description="state", ordering="ended_at")
+    def state(self, obj: Session) -> SafeString:
+        if obj.ended_at is None:
+            if obj.is_connected(timezone.now()):
+                return badge("connected", "ok")
+            return badge("not connected", "muted")
+        # The short word in the badge, the model's whole sentence on hover.
+        return format_html(
+            '<span title="{}">{}</span><div>{}</div>',
+            obj.get_end_reason_display() or "ended",
+            badge(END_WORDS.get(obj.end_reason, "ended"), "muted"),
+            utc_time(obj.ended_at),
+        )
 
     @admin.display(description="token prefix")
     def token(self, obj: Session) -> str:

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from common.admin.actions import reason_action
-from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton
+from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, utc_column
 from common.markdown import visible_html
 from rooms import services
 from rooms.admin.base import (
@@ -19,13 +19,14 @@ from rooms.admin.base import (
     RoomFilter,
     _member_state,
     _ViewOnlyObjectsMixin,
+    with_departures,
 )
 from rooms.models import Member
 
 
 @admin.register(Member)
 class MemberAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
-    list_display = ("handle", "room", "shown_name", "state", "read_seq", "joined_at")
+    list_display = ("handle", "room", "shown_name", "state", "read_seq", "joined")
     list_select_related = ("room", "name")
     list_filter = (RoomFilter, MemberMutedFilter, MemberLeftFilter)
     search_fields = ("name__handle", "room__slug", "display_name")
@@ -37,15 +38,18 @@ class MemberAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin
         "shown_name",
         "state",
         "read_seq",
-        "joined_at",
-        "muted_at",
-        "left_at",
+        "joined",
+        "muted_on",
+        "left_on",
     )
     readonly_fields = fields
+    joined = utc_column("joined_at", "joined")
+    muted_on = utc_column("muted_at", "muted")
+    left_on = utc_column("left_at", "left")
     actions = ("mute_members", "unmute_members", "remove_members")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Member]:
-        return super().get_queryset(request).select_related("room", "name")
+        return with_departures(super().get_queryset(request).select_related("room", "name"))
 
     @admin.display(description="handle", ordering="name__handle")
     def handle(self, member: Member) -> str:

@@ -18,7 +18,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from common.admin.actions import reason_action
-from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge
+from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge, utc_column
 from common.admin.paging import LargeTableAdminMixin
 from common.markdown import render_markdown, visible_html
 from rooms import services
@@ -35,7 +35,7 @@ from rooms.models import Event, Message
 class MessageAdmin(
     ListTitleMixin, ObjectToolsMixin, LargeTableAdminMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin
 ):
-    list_display = ("seq", "room", "author_handle", "excerpt", "created_at", "state")
+    list_display = ("seq", "room", "author_handle", "excerpt", "created", "state")
     list_display_links = ("seq",)
     list_select_related = ("room", "author")
     list_filter = (RoomFilter, MessageHiddenFilter)
@@ -48,15 +48,17 @@ class MessageAdmin(
         "seq",
         "author_handle",
         "author_name",
-        "created_at",
+        "created",
         "reply_to_seq",
         "mention_list",
-        "hidden_at",
+        "hidden_on",
         "hidden_reason",
         "rendered",
         "body",
     )
     readonly_fields = fields
+    created = utc_column("created_at", "sent", seconds=True)
+    hidden_on = utc_column("hidden_at", "hidden")
     actions = ("hide_messages", "unhide_messages")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
@@ -149,15 +151,16 @@ class MessageAdmin(
 class EventAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
     """Every event of every room, read-only; filter by room from the room's page."""
 
-    list_display = ("seq", "room", "kind", "actor_handle", "summary", "created_at")
+    list_display = ("seq", "room", "kind", "actor_handle", "summary", "created")
     list_display_links = ("seq",)
     list_select_related = ("room", "actor", "message")
     list_filter = (RoomFilter, "kind")
     search_fields = ("=room__slug",)
     search_help_text = "A room slug (exact)."
     ordering = ("-id",)
-    fields = ("room", "seq", "kind", "created_at", "actor_handle", "summary", "message", "data")
+    fields = ("room", "seq", "kind", "created", "actor_handle", "summary", "message", "data")
     readonly_fields = fields
+    created = utc_column("created_at", "when", seconds=True)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Event]:
         return super().get_queryset(request).select_related("room", "actor", "message")

@@ -17,7 +17,14 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from common.admin.actions import reason_action
-from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge
+from common.admin.pages import (
+    ListTitleMixin,
+    ObjectToolsMixin,
+    ToolButton,
+    badge,
+    utc_column,
+    utc_time,
+)
 from common.markdown import visible_html
 from common.transcripts import parse_after_seq
 from rooms import services, transcripts
@@ -27,32 +34,38 @@ from rooms.admin.base import (
     _changelist,
     _member_state,
     _ViewOnlyObjectsMixin,
+    with_departures,
 )
 from rooms.models import Member, Room
 
 
 class MemberInline(admin.TabularInline):
     model = Member
-    fields = ("handle", "shown_name", "state", "read_seq", "joined_at")
+    # Four columns, the display name under the handle, so that a phone shows them all.
+    fields = ("member", "state", "read_seq", "joined")
     readonly_fields = fields
+    joined = utc_column("joined_at", "joined")
     extra = 0
     can_delete = False
     verbose_name_plural = "Members"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Member]:
-        return super().get_queryset(request).select_related("name").order_by("joined_at", "id")
+        members = super().get_queryset(request).select_related("name")
+        return with_departures(members).order_by("joined_at", "id")
 
-    @admin.display(description="handle")
-    def handle(self, member: Member) -> SafeString:
+    @admin.display(description="member")
+    def member(self, member: Member) -> SafeString:
+        shown_name = (
+            format_html('<div class="plumb-small">{}</div>', visible_html(member.display_name))
+            if member.display_name
+            else ""
+        )
         return format_html(
-            '<a href="{}">{}</a>',
+            '<a href="{}">{}</a>{}',
             reverse("admin:rooms_member_change", args=[member.pk]),
             member.name.handle,
+            shown_name,
         )
-
-    @admin.display(description="display name")
-    def shown_name(self, member: Member) -> SafeString:
-        return visible_html(member.display_name)
 
     @admin.display(description="state")
     def state(self, member: Member) -> SafeString:
@@ -74,7 +87,7 @@ class RoomAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.M
         "latest_seq",
         "member_total",
         "state",
-        "created_at",
+        "created",
     )
     list_select_related = ("project",)
     list_filter = (RoomLockedFilter, ProjectFilter)
@@ -88,10 +101,11 @@ class RoomAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.M
         "latest_seq",
         "state",
         "created_by",
-        "created_at",
+        "created",
         "related",
     )
     readonly_fields = fields
+    created = utc_column("created_at", "created")
     inlines = (MemberInline,)
     actions = ("lock_rooms", "unlock_rooms")
 
@@ -129,7 +143,7 @@ class RoomAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.M
         return format_html(
             '{} <span class="plumb-muted">since {}</span>',
             badge("locked", "danger"),
-            room.locked_at.strftime("%Y-%m-%d %H:%M UTC"),
+            utc_time(room.locked_at),
         )
 
     @admin.display(description="see also")

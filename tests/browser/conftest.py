@@ -34,7 +34,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-SCREENSHOTS = Path(settings.BASE_DIR) / "screenshots"
+# Where screenshot() saves: screenshots/ in the checkout (git-ignored) unless
+# PLUMB_SCREENSHOTS names another folder.
+SCREENSHOTS = Path(os.environ.get("PLUMB_SCREENSHOTS") or Path(settings.BASE_DIR) / "screenshots")
 PASSWORD = "correct horse battery staple"
 
 
@@ -105,8 +107,8 @@ def page(browser: Browser, live_server, dialogs: list[str]) -> Iterator[Page]:
 
 
 def screenshot(page: Page, name: str) -> Path:
-    """Save the whole page to ``screenshots/<name>.png`` (git-ignored) for people to look at."""
-    SCREENSHOTS.mkdir(exist_ok=True)
+    """Save the whole page to ``SCREENSHOTS/<name>.png`` for people to look at."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path

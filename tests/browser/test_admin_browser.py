@@ -47,6 +47,7 @@ def test_an_operator_logs_in_to_the_operations_index(page: Page, superuser):
     expect(page.locator("#site-name")).to_contain_text("plumb")
     expect(page.locator(".plumb-role")).to_have_text("superuser")
     expect(page.locator("#content h1")).to_have_text("Operations")
+    page.locator("details.plumb-all-models summary").click()  # the folded app list
     expect(page.locator("a[href='/admin/mailbox/crossprojectoptin/']").first).to_be_visible()
     expect(page.locator("a[href='/admin/rooms/message/']").first).to_be_visible()
     screenshot(page, "admin-index")
@@ -65,7 +66,7 @@ def test_an_optin_granted_in_the_admin_lets_a_cross_project_note_through(page: P
 
     log_in(page, "ops")
     page.goto(f"/admin/mailbox/project/{acme.pk}/change/")
-    page.get_by_text("Add another accepts traffic from").click()
+    page.get_by_text("Add an opt-in").click()
     page.locator("#id_optins-1-source + .select2").click()
     page.locator(".select2-search__field").fill("partn")
     page.locator(".select2-results__option", has_text="partner").click()

@@ -72,16 +72,16 @@ def test_audit_changelist_shows_who_what_where_and_why(admin_client, audit_trail
     assert response.status_code == 200
     assert response.context["cl"].list_display == (
         "when",
-        "actor",
-        "action_badge",
-        "where",
-        "target",
-        "reason",
+        "action_by",
+        "target_where",
+        "short_reason",
     )
     assert len(response.context["cl"].result_list) == 3
     body = html(response)
     assert "Audit trail" in body
     assert '<span class="plumb-badge plumb-badge-danger">room.hide</span>' in body
+    assert "by admin:ann" in body
+    assert "acme · #ops" in body
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,8 @@ neither it nor its hash ever reaches another page, a cookie, the session store o
 admin log; keys are revoked, never deleted.
 """
 
+import re
+
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.sessions.models import Session as HttpSession
@@ -96,6 +98,29 @@ def test_revoke_action_revokes_and_the_key_stops_starting_sessions(admin_client,
     )
     assert refused.status_code == 401
     assert refused.json()["error"]["code"] == "key_revoked"
+
+
+def test_key_list_says_active_or_revoked_in_words(admin_client, project):
+    active = ProjectKeyFactory(project=project)
+    revoked = ProjectKeyFactory(project=project)
+    services.key_revoke(revoked, actor="test")
+    revoked.refresh_from_db()
+
+    page = html(admin_client.get(url("projectkey", "changelist")))
+
+    cells = dict(
+        re.findall(
+            r'<a href="[^"]*/(\d+)/change/">.*?<td class="field-status">(.*?)</td>', page, re.S
+        )
+    )
+    assert re.sub(r"<[^>]+>", " ", cells[str(active.pk)]).split() == ["active", "never", "used"]
+    assert re.sub(r"<[^>]+>|\s+", " ", cells[str(revoked.pk)]).split() == [
+        "revoked",
+        f"{revoked.revoked_at:%Y-%m-%d}",
+        f"{revoked.revoked_at:%H:%M}&nbsp;UTC",
+    ]
+    assert "icon-yes.svg" not in page
+    assert "icon-no.svg" not in page
 
 
 def test_key_status_filter(admin_client, project):

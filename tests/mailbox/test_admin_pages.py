@@ -1,5 +1,7 @@
 """The mailbox admin's pages: every page renders, and no stored hash ever reaches one."""
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -23,6 +25,26 @@ def test_every_changelist_renders(admin_client, populated, model):
 def test_every_change_page_renders(admin_client, populated, model):
     response = admin_client.get(url(model, "change", populated[model].pk))
     assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("model", "title"),
+    [
+        ("project", "Projects"),
+        ("crossprojectoptin", "Cross-project opt-ins"),
+        ("projectkey", "Project keys"),
+        ("workspace", "Workspaces"),
+        ("agentname", "Agent names"),
+        ("session", "Sessions"),
+    ],
+)
+def test_changelists_are_titled_with_what_they_list(admin_client, populated, model, title):
+    """Not "Select session to change": sessions, for one, cannot be changed."""
+    page = html(admin_client.get(url(model, "changelist")))
+
+    assert re.search(r"<h1>(.*?)</h1>", page).group(1) == title
+    assert re.search(r"<title>(.*?) \|", page).group(1) == title
+    assert "to change" not in page
 
 
 @pytest.mark.parametrize("model", ["project", "crossprojectoptin", "projectkey", "workspace"])

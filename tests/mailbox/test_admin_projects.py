@@ -2,6 +2,8 @@
 is audited under the operator, and a refusal becomes a form error (SPEC §5).
 """
 
+import json
+
 import pytest
 
 from mailbox import services
@@ -113,9 +115,26 @@ def test_project_changelist_has_collab_columns_and_filters(admin_client):
     assert [p.slug for p in response.context["cl"].result_list] == ["quiet"]
     response = admin_client.get(url("project", "changelist"), {"q": "acm"})
     assert [p.slug for p in response.context["cl"].result_list] == ["acme"]
+    page = html(response)
+    assert '<span class="plumb-badge plumb-badge-ok">on</span>' in page
+    assert '<span class="plumb-badge plumb-badge-warn">all projects</span>' in page
+    assert "icon-no.svg" not in page
 
 
 # --- opt-ins --------------------------------------------------------------------------
+
+
+def test_the_optin_inline_button_says_add_an_optin(admin_client):
+    project = ProjectFactory(slug="acme")
+    OptInFactory(project=project, source=ProjectFactory(slug="partner"))
+
+    response = admin_client.get(url("project", "change", project.pk))
+
+    (optins,) = response.context["inline_admin_formsets"]
+    assert json.loads(optins.inline_formset_data())["options"]["addText"] == "Add an opt-in"
+    page = html(response)
+    assert "Add an opt-in" in page
+    assert "ccepts traffic from" not in page
 
 
 def test_inline_optin_added_on_a_project_records_the_operator(admin_client, admin_user):

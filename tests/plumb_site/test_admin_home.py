@@ -79,6 +79,30 @@ def test_the_chart_is_drawn_on_the_server_with_nothing_to_fetch(admin_client):
     assert "<rect" in panel
 
 
+def test_the_chart_caption_dates_its_first_hour(admin_client, monkeypatch):
+    """At 01:06 the first of the last 24 hours began at 02:00 the day before: a bare
+    "since 02:00" would read as a time still to come."""
+    busy_project("acme")
+    monkeypatch.setattr(
+        "django.utils.timezone.now", lambda: datetime(2025, 12, 1, 1, 6, tzinfo=UTC)
+    )
+
+    panel = glance(admin_client.get(reverse("admin:index")))
+
+    note = re.search(r'<p class="plumb-glance-note">(.*?)</p>', panel, re.S).group(1)
+    assert "Last 24 hours, one bar per hour from 30 Nov 02:00 UTC to now" in note
+    assert "<title>30 Nov 02:00 to 03:00 UTC: 0 messages, 0 notes</title>" in panel
+
+
+def test_the_full_app_list_is_folded_under_all_models(admin_client):
+    """The task cards come first; Django's app list opens on a click, without a script."""
+    page = admin_client.get(reverse("admin:index")).content.decode()
+
+    folded = re.search(r'<details class="plumb-all-models">\s*<summary>All models</summary>', page)
+    assert folded
+    assert page.index("plumb-start-wrap") < folded.start() < page.index('class="app-mailbox')
+
+
 def test_operators_get_links_to_the_project_and_its_connected_sessions(admin_client):
     busy_project("acme")
 
@@ -145,8 +169,8 @@ def test_bars_are_scaled_to_the_busiest_hour_and_stacked():
     assert (idle.messages_height, idle.notes_height) == (0, 0)
     assert [bar.x for bar in drawn.bars[:3]] == [0, BAR_WIDTH + BAR_GAP, 2 * (BAR_WIDTH + BAR_GAP)]
     assert drawn.width == 24 * (BAR_WIDTH + BAR_GAP) - BAR_GAP
-    assert busiest.title == "03:00 to 04:00 UTC: 20 messages, 10 notes"
-    assert tiny.title == "23:00 to 00:00 UTC: 0 messages, 1 note"
+    assert busiest.title == "1 Dec 03:00 to 04:00 UTC: 20 messages, 10 notes"
+    assert tiny.title == "1 Dec 23:00 to 00:00 UTC: 0 messages, 1 note"
 
 
 def test_an_hour_with_both_shows_both_however_small():

@@ -17,11 +17,12 @@ from django.utils import timezone
 from common.admin import paging
 from common.admin.actions import CONFIRM_FIELD, NEXT_FIELD
 from common.markdown import RenderBudget
+from mailbox import services as mailbox_services
 from mailbox.models import AgentName, AuditRecord, Workspace
 from rooms import services, transcripts
 from rooms.models import Event, Member, Message, Room
 from tests.conftest import client_for
-from tests.factories import ProjectFactory, SessionFactory
+from tests.factories import ProjectFactory, SessionFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -157,6 +158,48 @@ def test_member_display_names_show_invisible_characters(admin_client, room, bob_
     assert "&lt;U+202E&gt;" in body
     assert "\u200b" not in body
     assert "\u202e" not in body
+
+
+def member_rows(page: str) -> dict[str, str]:
+    """The members inline of a room page: each handle's row, as text (without the
+    row's object name, which the page's style hides)."""
+    inline = re.search(r'id="members-group".*?</table>', page, re.S).group(0)
+    rows = re.findall(r"<tr[^>]*has_original[^>]*>(.*?)</tr>", inline, re.S)
+    texts = []
+    for row in rows:
+        row = re.sub(r'<td class="original">.*?</td>', "", row, flags=re.S)
+        text = re.sub(r"<[^>]+>", " ", row).replace("&mdash;", "—").replace("&nbsp;", " ")
+        texts.append(" ".join(text.split()))
+    return {text.split()[0]: text for text in texts}
+
+
+def test_a_member_removed_by_an_optin_revocation_is_removed_on_both_room_pages(
+    admin_client, room, bob, bob_client
+):
+    """The room page and the transcript read the same event: "removed — opt-in revoked"."""
+    partner = SessionFactory(
+        workspace=WorkspaceFactory(project=ProjectFactory(slug="partner"), slug="main"),
+        name="carol",
+    )
+    mailbox_services.optin_grant(room.project, source=partner.workspace.project, created_by="t")
+    assert client_for(partner).post("/api/v1/rooms/ops/join", format="json").status_code == 201
+    bob_client.post("/api/v1/rooms/ops/leave", format="json")
+    mailbox_services.optin_revoke(room.project, source=partner.workspace.project, actor="admin:x")
+
+    rows = member_rows(html(admin_client.get(url("room", "change", room.pk))))
+    transcript = html(admin_client.get(url("room", "transcript", room.pk)))
+
+    assert rows["carol"].startswith("carol removed — opt-in revoked ")
+    assert "UTC" in rows["carol"]
+    assert "left" not in rows["carol"]
+    assert re.search(
+        r"@carol removed</strong>\s*<span class=\"plumb-reason\">&mdash; opt-in revoked<",
+        transcript,
+    )
+    assert rows["bob"].startswith("bob Bob left ")
+    assert rows["alice"].split()[:2] == ["alice", "member"]
+    members = html(admin_client.get(url("member", "changelist"), {"room": "ops"}))
+    assert "opt-in revoked" in members
 
 
 def test_room_change_page_links_to_transcript_and_filtered_lists(admin_client, room):
