@@ -40,8 +40,8 @@ class OptInInlineForm(ModelForm):
         if self.instance.pk is not None:
             for field in self.fields.values():
                 field.disabled = True
-            # The autocomplete widget would query its selected project once per
-            # row; the source is already loaded (select_related), so print it.
+            # A select would list every project once per row; the source is
+            # already loaded (select_related), so print it.
             self.fields["source"].widget = FixedText(str(self.instance.source))
 
     def clean(self) -> dict[str, Any]:
@@ -58,10 +58,11 @@ class OptInInline(admin.TabularInline):
     model = CrossProjectOptIn
     fk_name = "project"
     form = OptInInlineForm
-    extra = 0
+    # One empty row and a plain select: an opt-in can be granted without
+    # JavaScript (inlines.js only adds the button for more rows).
+    extra = 1
     fields = ("source", "note", "created_by", "created")
     readonly_fields = ("created_by", "created")
-    autocomplete_fields = ("source",)
     created = utc_column("created_at", "granted")
     verbose_name = "opt-in"
     verbose_name_plural = "Accepts notes and room joins from (cross-project opt-ins)"

@@ -89,10 +89,19 @@ def dialogs() -> list[str]:
     return []
 
 
+@pytest.fixture(params=[True], ids=["js"])
+def javascript(request) -> bool:
+    """Whether the page runs scripts; a test asks for both with ``indirect`` parametrize."""
+    return request.param
+
+
 @pytest.fixture
-def page(browser: Browser, live_server, dialogs: list[str]) -> Iterator[Page]:
+def page(browser: Browser, live_server, dialogs: list[str], javascript: bool) -> Iterator[Page]:
     context = browser.new_context(
-        base_url=live_server.url, viewport={"width": 1360, "height": 900}, locale="en-US"
+        base_url=live_server.url,
+        viewport={"width": 1360, "height": 900},
+        locale="en-US",
+        java_script_enabled=javascript,
     )
     context.set_default_timeout(15_000)
     opened = context.new_page()
