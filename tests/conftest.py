@@ -3,6 +3,7 @@ import re
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
 from rest_framework.test import APIClient
 
 from tests import throwaway
@@ -110,3 +111,19 @@ def assert_error(response, status: int, code: str | None = None) -> dict:
     assert error["message"].strip()
     assert isinstance(error["details"], dict)
     return error
+
+
+def pytest_collection_modifyitems(config, items):
+    """On SQLite, the tests that need PostgreSQL itself are not run here but handed, all
+    at once, to a throwaway PostgreSQL by ``tests/test_postgres_only.py``: none is skipped."""
+    if connection.vendor == "postgresql":
+        # This run is PostgreSQL's: the hand-over is what is left out.
+        left = [i for i in items if i.nodeid.startswith("tests/test_postgres_only.py")]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = [i for i in items if i not in left]
+        return
+    handed = [item for item in items if item.get_closest_marker("postgresql")]
+    if handed:
+        config.hook.pytest_deselected(items=handed)
+        items[:] = [item for item in items if not item.get_closest_marker("postgresql")]

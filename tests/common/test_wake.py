@@ -340,9 +340,13 @@ def test_a_listener_busy_through_another_processs_burst_is_woken_for_all_of_it(t
 HEARD = "plumb_wake_listen_heard_timestamp_seconds"
 
 
-def pg_only() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("the LISTEN connection is PostgreSQL's")
+def tcp_params(params: dict) -> dict:
+    """The connection parameters, which must reach PostgreSQL over TCP (as the
+    throwaway cluster of ``scripts/with-postgres`` is reached)."""
+    host = str(params.get("host") or "")
+    assert host, "these tests need PostgreSQL over TCP, not a Unix socket"
+    assert not host.startswith("/"), "these tests need PostgreSQL over TCP, not a Unix socket"
+    return params
 
 
 def listen_backends(params: dict) -> dict[int, int]:
@@ -379,13 +383,13 @@ def own_socket_on_port(port: int) -> socket.socket | None:
     return None
 
 
+@pytest.mark.postgresql
 @pytest.mark.django_db(transaction=True)
 def test_the_listen_connection_sends_tcp_keepalives():
     """Without them a half-open connection (a host or NAT gone) is noticed after hours."""
-    pg_only()
-    params = {**wake.postgres._listen_params("default"), "application_name": "plumb-test"}
-    if str(params.get("host", "")).startswith("/") or not params.get("host"):
-        pytest.skip("the database is reached through a Unix socket: no TCP")
+    params = tcp_params(
+        {**wake.postgres._listen_params("default"), "application_name": "plumb-test"}
+    )
 
     async def scenario() -> dict[str, int]:
         await until(lambda: not listen_backends(params), "earlier tests' listeners gone")
@@ -471,6 +475,7 @@ class Blackhole:
             sock.close()
 
 
+@pytest.mark.postgresql
 @pytest.mark.parametrize("death", ["silent", "terminated"])
 @pytest.mark.django_db(transaction=True)
 def test_a_dead_listen_connection_is_replaced_within_the_check_and_the_metric_says_so(
@@ -481,13 +486,10 @@ def test_a_dead_listen_connection_is_replaced_within_the_check_and_the_metric_sa
     (``pg_terminate_backend``). Either way a new connection listens within the
     periodic check, a publication wakes its subscription again, and
     plumb_wake_listen_heard_timestamp_seconds moves past the death."""
-    pg_only()
     import psycopg
 
     listener_params = wake.postgres._listen_params("default")
-    params = {**listener_params, "application_name": "plumb-test"}
-    if str(params.get("host", "")).startswith("/") or not params.get("host"):
-        pytest.skip("the database is reached through a Unix socket: no TCP to relay")
+    params = tcp_params({**listener_params, "application_name": "plumb-test"})
     relay = Blackhole(params["host"], int(params.get("port", 5432)))
     monkeypatch.setattr(
         wake.postgres, "_listen_params", lambda using: {**listener_params, "port": relay.port}
