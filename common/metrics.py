@@ -124,3 +124,10 @@ def request_observe(request: HttpRequest, status: int, seconds: float) -> None:
     count, duration = children
     count.inc()
     duration.observe(seconds)
+
+
+NOTES_BOUNCED = Counter(
+    "plumb_notes_bounced",
+    "Notes nobody picked up within their project's note_ttl, bounced back to their sender "
+    "(mailbox/services/bounces.py).",
+)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 
+from common import limits
 from common.prepared import Prepared, PreparedObjects
 from mailbox import credentials
 from mailbox.errors import (
@@ -21,6 +22,7 @@ from mailbox.errors import (
     KeyNotFound,
     NameNotFound,
     NotAParticipant,
+    NoteNotFound,
     ProjectNotFound,
     WorkspaceNotFound,
 )
@@ -172,11 +174,14 @@ def conversation_get_for_operator(public_id: str) -> Conversation:
 
 # --- conversations (visible to their participants only) ------------------------------
 
+# Everything a note's JSON shows: its thread, addressee, sender (with its
+# workspace and project) and, once delivered, the name of the receiving session.
 _NOTE_RELATED = (
     "conversation",
     "recipient",
     "next_workspace",
     "sender_name__workspace__project",
+    "delivered_to__name",
 )
 
 
@@ -231,6 +236,58 @@ def conversation_get_for_session(session: Session, public_id: str) -> Conversati
     if not any(p.name_id == session.name_id for p in conversation.participants.all()):
         raise NotAParticipant()
     return conversation
+
+
+# --- notes sent by a name (SPEC §3.6) ---------------------------------------------------
+
+_STATES = {
+    Note.State.WAITING: Q(delivered_at__isnull=True),
+    Note.State.DELIVERED: Q(delivered_at__isnull=False, bounced_at__isnull=True),
+    Note.State.BOUNCED: Q(bounced_at__isnull=False),
+}
+
+
+def notes_sent_for_session(
+    session: Session,
+    *,
+    state: str | None = None,
+    after_id: str | None = None,
+    limit: int = limits.PAGE_DEFAULT,
+) -> tuple[list[Note], bool]:
+    """Notes sent by the caller's name, from any of its sessions, newest first, in
+    ``state`` if given, and whether more follow. One query (two with ``after_id``).
+
+    ``after_id`` continues after that note (a cursor: new notes do not shift
+    the pages); ``note_not_found`` when the name sent no note of that id.
+    """
+    notes = Note.objects.filter(sender_name_id=session.name_id)
+    if state is not None:
+        notes = notes.filter(_STATES[state])
+    if after_id:
+        anchor = (
+            Note.objects.filter(sender_name_id=session.name_id, public_id=after_id)
+            .values_list("id", flat=True)
+            .first()
+        )
+        if anchor is None:
+            raise NoteNotFound("after_id names no note you sent.")
+        notes = notes.filter(id__lt=anchor)
+    page = list(notes.select_related(*_NOTE_RELATED).order_by("-id")[: limit + 1])
+    return page[:limit], len(page) > limit
+
+
+def notes_waiting_ids(name_id: int, *, limit: int) -> list[int]:
+    """Ids of the newest ``limit`` notes of a name that still wait."""
+    return list(
+        Note.objects.filter(sender_name_id=name_id, delivered_at__isnull=True)
+        .order_by("-id")
+        .values_list("id", flat=True)[:limit]
+    )
+
+
+def notes_settled(note_ids: list[int]) -> bool:
+    """Whether any of these notes has been delivered or bounced since it was seen waiting."""
+    return Note.objects.filter(pk__in=note_ids, delivered_at__isnull=False).exists()
 
 
 # The open session of a name, locked until commit, as (id, last_seen_at) rows:

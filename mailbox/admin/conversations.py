@@ -22,6 +22,7 @@ from django.utils.text import Truncator
 from common.admin.actions import reason_action
 from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge
 from common.admin.paging import LargeTableAdminMixin
+from common.limits import SYSTEM_NAME
 from common.markdown import render_markdown
 from common.transcripts import parse_after_seq
 from mailbox import services, transcripts
@@ -45,6 +46,11 @@ class LockedFilter(admin.SimpleListFilter):
 
 def _addressee(note: Note) -> str:
     return f"next in {note.next_workspace}" if note.next_workspace_id else note.recipient.handle
+
+
+def _sender(note: Note) -> str:
+    # plumb's own notes (bounce notices) have no sender name.
+    return note.sender_name.handle if note.sender_name_id else f"{SYSTEM_NAME} (system)"
 
 
 class NoteInline(admin.TabularInline):
@@ -72,7 +78,7 @@ class NoteInline(admin.TabularInline):
 
     @admin.display(description="from")
     def sender(self, note: Note) -> str:
-        return note.sender_name.handle
+        return _sender(note)
 
     @admin.display(description="to")
     def to(self, note: Note) -> str:
@@ -289,7 +295,7 @@ class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="from", ordering="sender_name__handle")
     def sender(self, note: Note) -> str:
-        return note.sender_name.handle
+        return _sender(note)
 
     @admin.display(description="to")
     def to(self, note: Note) -> str:
