@@ -6,10 +6,11 @@ error is an ``isError`` result carrying the REST error object, rendered by the
 same exception handler, so its ``code`` is the REST code. As on REST, notes
 are delivered on successful results only (SPEC §3.4), never on an error.
 
-The waiting tools (``check_messages``, ``read_messages`` with ``wait``,
-``wait_for_activity``) hold the ``POST /mcp`` request while they wait, through
-the same services as REST, so one rule (``mailbox/wakeups.py``) covers both
-doors: a session's newer waiting call, REST or MCP, ends its older one.
+The waiting tools (``check_messages``, ``read_messages`` and ``list_sent_notes``
+with ``wait``, ``wait_for_activity``) hold the ``POST /mcp`` request while
+they wait, through the same services as REST, so one rule
+(``mailbox/wakeups.py``) covers both doors: a session's newer waiting call,
+REST or MCP, ends its older one.
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ def _check_messages(session: Session, args: dict) -> dict:
     wait = validated(mailbox_io.NotesCheckInput, args)["wait"]
     notes = mailbox_services.notes_wait(session, wait=wait)
     return {"notes": mailbox_json.notes_json(notes)}
+
+
+def _list_sent_notes(session: Session, args: dict) -> dict:
+    query = validated(mailbox_io.NotesSentInput, args)
+    notes, has_more = mailbox_services.notes_sent_wait(session, **query)
+    return mailbox_json.notes_sent_body(notes, has_more)
 
 
 def _list_conversations(session: Session, args: dict) -> dict:
@@ -217,4 +224,5 @@ _HANDLERS: dict[str, Callable[[Session, dict], dict]] = {
     "review_message": _review_message,
     "mark_read": _mark_read,
     "wait_for_activity": _wait_for_activity,
+    "list_sent_notes": _list_sent_notes,
 }
