@@ -92,11 +92,13 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         (
             "Collaboration",
             {
-                "fields": ("mailbox_enabled", "max_exchanges", "accept_all_projects"),
+                "fields": ("mailbox_enabled", "max_exchanges", "accept_all_projects", "note_ttl"),
                 "description": (
                     "Whether this project's sessions use the mailbox, how long a new "
                     "conversation may run, and whether any project may send notes here "
-                    "and join its rooms. Otherwise only the projects listed below may."
+                    "and join its rooms. Otherwise only the projects listed below may. "
+                    "A note its agents send that nobody picks up within the note TTL "
+                    "bounces back to its sender."
                 ),
             },
         ),
@@ -130,12 +132,13 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
                 max_exchanges=data["max_exchanges"],
                 mailbox_enabled=data["mailbox_enabled"],
                 accept_all_projects=data["accept_all_projects"],
+                note_ttl=data["note_ttl"],
             )
             _adopt(obj, created)
             return
         # The form has already set the new values on obj; the service reads the
         # old ones from the database for the audit trail.
-        editable = ("name", "max_exchanges", "mailbox_enabled", "accept_all_projects")
+        editable = ("name", "max_exchanges", "mailbox_enabled", "accept_all_projects", "note_ttl")
         services.project_update(
             obj,
             actor=admin_actor(request),
