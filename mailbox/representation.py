@@ -124,6 +124,11 @@ class ConversationSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     last_note_at = serializers.DateTimeField()
     locked = serializers.SerializerMethodField()
+    awaiting_reply_from = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Who the thread waits to hear from: the recipient of its last note by an "
+        'agent ("next" while a note to next waits); empty once it bounced.',
+    )
 
     def get_locked(self, conversation) -> bool:
         return conversation.locked_at is not None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from common import limits
 from common.prepared import Prepared, PreparedObjects
@@ -191,10 +191,19 @@ def conversation_list_for_session(
     """The session's threads, newest activity first, and whether more follow.
 
     ``after_id`` continues a listing after the conversation of that id (a
-    cursor, so that pages stay stable while new notes arrive).
+    cursor, so that pages stay stable while new notes arrive). Each thread
+    comes with its participants and ``awaiting_reply_from``; three queries
+    whatever the page holds.
     """
-    threads = Conversation.objects.filter(participants__name_id=session.name_id).order_by(
-        "-last_note_at", "-id"
+    last_written = (
+        Note.objects.filter(conversation=OuterRef("pk"), sender_name__isnull=False)
+        .order_by("-position")
+        .values("pk")[:1]
+    )
+    threads = (
+        Conversation.objects.filter(participants__name_id=session.name_id)
+        .annotate(last_written_pk=Subquery(last_written))
+        .order_by("-last_note_at", "-id")
     )
     if after_id:
         anchor = threads.filter(public_id=after_id).values("last_note_at", "id").first()
@@ -212,7 +221,30 @@ def conversation_list_for_session(
             )
         )[: limit + 1]
     )
-    return page[:limit], len(page) > limit
+    page, has_more = page[:limit], len(page) > limit
+    last_notes = Note.objects.select_related("recipient", "delivered_to__name").in_bulk(
+        [t.last_written_pk for t in page if t.last_written_pk is not None]
+    )
+    for thread in page:
+        thread.awaiting_reply_from = awaiting_reply_from(last_notes.get(thread.last_written_pk))
+    return page, has_more
+
+
+def awaiting_reply_from(last_written: Note | None) -> list[str]:
+    """Who the thread waits to hear from: the addressee of its last note by an agent.
+
+    Nobody has written since that note, by definition: its recipient's name,
+    or for a "next" note whoever it was delivered to ("next" while it waits).
+    Nobody once it bounced, or in a thread with no such note.
+    """
+    if last_written is None or last_written.bounced_at is not None:
+        return []
+    if last_written.next_workspace_id is None:
+        return [last_written.recipient.handle]
+    if last_written.delivered_at is None:
+        return ["next"]
+    receiver = last_written.delivered_to
+    return [receiver.name.handle] if receiver is not None else []
 
 
 def conversation_get_for_session(session: Session, public_id: str) -> Conversation:
@@ -235,6 +267,8 @@ def conversation_get_for_session(session: Session, public_id: str) -> Conversati
         raise ConversationNotFound()
     if not any(p.name_id == session.name_id for p in conversation.participants.all()):
         raise NotAParticipant()
+    written = [n for n in conversation.notes.all() if n.sender_name_id is not None]
+    conversation.awaiting_reply_from = awaiting_reply_from(written[-1] if written else None)
     return conversation
 
 
