@@ -146,6 +146,10 @@ def message_sent_body(sent) -> dict:
     }
 
 
+def message_receipts_body(message, read_by: list[str], unread_by: list[str]) -> dict:
+    return {"message": message_json(message), "read_by": read_by, "unread_by": unread_by}
+
+
 def events_read_body(read) -> dict:
     return {
         "events": events_json(read.events),

@@ -313,6 +313,18 @@ class ReadOutput(EnvelopeSerializer):
     latest_seq = serializers.IntegerField()
 
 
+class MessageReceiptsOutput(EnvelopeSerializer):
+    message = MessageSerializer()
+    read_by = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Current members other than the author whose read position reached it.",
+    )
+    unread_by = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Current members other than the author who have not read that far.",
+    )
+
+
 class MentionListOutput(EnvelopeSerializer):
     mentions = MessageSerializer(many=True)
     has_more = serializers.BooleanField()
