@@ -1,7 +1,8 @@
 """The tools: each a thin call into the same services, selectors and serializers as REST.
 
 A tool call answers the JSON its REST endpoint answers, in ``structuredContent``
-and as text, with the same envelope (``notes``, ``schema_stale``). A domain
+and as text (with peer text framed as data, ``framing``), with the same
+envelope (``notes``, ``schema_stale``). A domain
 error is an ``isError`` result carrying the REST error object, rendered by the
 same exception handler, so its ``code`` is the REST code. As on REST, notes
 are delivered on successful results only (SPEC §3.4), never on an error.
@@ -31,6 +32,7 @@ from mailbox import services as mailbox_services
 from mailbox.api import serializers as mailbox_io
 from mailbox.api.envelope import envelope
 from mailbox.models import Session
+from plumb_site.mcp import framing
 from plumb_site.mcp.schemas import TOOLS_BY_NAME, check_arguments
 from rooms import representation as room_json
 from rooms import selectors as room_selectors
@@ -72,11 +74,12 @@ def call_tool(
         refusal = exception_handler(exc, {"view": None})
         payload, is_error, status = dict(refusal.data), True, refusal.status_code
     envelope(payload, session=session, fingerprint=fingerprint, success=not is_error)
-    # One encoding for both forms: DRF's output may hold types plain json refuses.
-    text = json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False)
+    # DRF's output may hold types plain json refuses: encoded once, read back as JSON.
+    structured = json.loads(json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False))
     return {
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": json.loads(text),
+        # Peer text framed as data (SPEC §3.7); the structured form keeps it as stored.
+        "content": [{"type": "text", "text": framing.render(structured)}],
+        "structuredContent": structured,
         "isError": is_error,
     }, status
 
