@@ -281,6 +281,11 @@ _STATES = {
 }
 
 
+def note_state_condition(state: str) -> Q:
+    """The notes in ``state`` (waiting, delivered or bounced), as a filter."""
+    return _STATES[state]
+
+
 def notes_sent_for_session(
     session: Session,
     *,
@@ -296,7 +301,7 @@ def notes_sent_for_session(
     """
     notes = Note.objects.filter(sender_name_id=session.name_id)
     if state is not None:
-        notes = notes.filter(_STATES[state])
+        notes = notes.filter(note_state_condition(state))
     if after_id:
         anchor = (
             Note.objects.filter(sender_name_id=session.name_id, public_id=after_id)

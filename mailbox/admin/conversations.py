@@ -20,12 +20,12 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from common.admin.actions import reason_action
-from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge
+from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge, slug_filter
 from common.admin.paging import LargeTableAdminMixin
 from common.limits import SYSTEM_NAME
 from common.markdown import render_markdown
 from common.transcripts import parse_after_seq
-from mailbox import services, transcripts
+from mailbox import selectors, services, transcripts
 from mailbox.models import Conversation, Note, Participant
 
 
@@ -44,8 +44,36 @@ class LockedFilter(admin.SimpleListFilter):
         return queryset
 
 
+class NoteStateFilter(admin.SimpleListFilter):
+    """Waiting, delivered or bounced; waiting notes are listed longest-waiting first."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
+        return [
+            (Note.State.WAITING, "Waiting (longest first)"),
+            (Note.State.DELIVERED, "Delivered"),
+            (Note.State.BOUNCED, "Bounced"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in Note.State.values:
+            return queryset.filter(selectors.note_state_condition(self.value()))
+        return queryset
+
+
+# The project whose note_ttl applies: the sender's.
+SenderProjectFilter = slug_filter(
+    "sender's project", "project", "sender_name__workspace__project__slug"
+)
+
+
 def _addressee(note: Note) -> str:
     return f"next in {note.next_workspace}" if note.next_workspace_id else note.recipient.handle
+
+
+_STATE_BADGES = {"waiting": "warn", "delivered": "ok", "bounced": "danger"}
 
 
 def _sender(note: Note) -> str:
@@ -271,7 +299,9 @@ class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
         "to",
         "created_at",
         "delivered_at",
+        "state",
     )
+    list_filter = (NoteStateFilter, SenderProjectFilter)
     list_select_related = ("conversation", "sender_name", "recipient", "next_workspace__project")
     search_fields = ("=public_id", "=conversation__public_id", "sender_name__handle")
     search_help_text = "Note or conversation id (exact), or the sender's name."
@@ -284,7 +314,9 @@ class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
         "to",
         "delivery",
         "created_at",
+        "state",
         "delivered_at",
+        "bounced_at",
         "rendered",
         "body",
     )
@@ -292,6 +324,16 @@ class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Note]:
         return super().get_queryset(request).select_related(*self.list_select_related)
+
+    def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
+        # Waiting notes, longest waiting first: the ones about to bounce.
+        if request.GET.get(NoteStateFilter.parameter_name) == Note.State.WAITING:
+            return ("id",)
+        return super().get_ordering(request)
+
+    @admin.display(description="state")
+    def state(self, note: Note) -> SafeString:
+        return badge(note.state, _STATE_BADGES[note.state])
 
     @admin.display(description="from", ordering="sender_name__handle")
     def sender(self, note: Note) -> str:

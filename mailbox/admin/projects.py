@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import contextlib
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.db.models import Count, QuerySet
 from django.forms import BaseInlineFormSet, ModelForm, TextInput
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from common.admin.actions import admin_actor
 from mailbox import services
@@ -73,6 +77,7 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         "accept_all_projects",
         "workspaces_count",
         "created_at",
+        "notes_waiting_longest",
     )
     list_filter = ("mailbox_enabled", "accept_all_projects")
     search_fields = ("slug", "name")
@@ -118,6 +123,13 @@ class ProjectAdmin(ServiceErrorsMixin, admin.ModelAdmin):
     @admin.display(description="workspaces", ordering="workspace_total")
     def workspaces_count(self, obj: Project) -> int:
         return obj.workspace_total
+
+    @admin.display(description="notes")
+    def notes_waiting_longest(self, obj: Project) -> SafeString:
+        """The project's agents' notes still waiting, those closest to bouncing first."""
+        query = urlencode({"state": "waiting", "project": obj.slug})
+        url = reverse("admin:mailbox_note_changelist", current_app=self.admin_site.name)
+        return format_html('<a href="{}?{}">waiting longest</a>', url, query)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Project | None = None) -> tuple:
         # Keys, workspaces and clients refer to the slug; renaming would strand them.
