@@ -68,6 +68,9 @@ PRIVILEGED = re.compile(
 )
 
 
+_MAY_OPEN_A_TAG = re.compile("[<\uff1c]")
+
+
 def neutralise(text: str) -> str:
     """``text`` with every opener of a privileged or plumb tag made inert."""
     return PRIVILEGED.sub(REPLACEMENT, text)
@@ -81,8 +84,15 @@ class Sender:
     room: str | None = None
 
 
-def render(payload: dict[str, Any], *, nonce: str | None = None) -> str:
-    """The text content of a tool result whose JSON is ``payload`` (see the module doc)."""
+def render(payload: dict[str, Any], *, nonce: str | None = None, encoded: str = "") -> str:
+    """The text content of a tool result whose JSON is ``payload`` (see the module doc).
+
+    ``encoded``, the payload's JSON if the caller has it, is the text as it
+    is when it holds no body and nothing to neutralise (most results: an
+    empty check, a listing), without walking the payload.
+    """
+    if encoded and '"body"' not in encoded and not _MAY_OPEN_A_TAG.search(encoded):
+        return encoded
     blocks: list[tuple[Sender, str | None, str]] = []
     skeleton = _walk(payload, None, blocks)
     text = json.dumps(skeleton, ensure_ascii=False)

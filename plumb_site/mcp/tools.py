@@ -75,10 +75,11 @@ def call_tool(
         payload, is_error, status = dict(refusal.data), True, refusal.status_code
     envelope(payload, session=session, fingerprint=fingerprint, success=not is_error)
     # DRF's output may hold types plain json refuses: encoded once, read back as JSON.
-    structured = json.loads(json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False))
+    encoded = json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False)
+    structured = json.loads(encoded)
     return {
         # Peer text framed as data (SPEC §3.7); the structured form keeps it as stored.
-        "content": [{"type": "text", "text": framing.render(structured)}],
+        "content": [{"type": "text", "text": framing.render(structured, encoded=encoded)}],
         "structuredContent": structured,
         "isError": is_error,
     }, status

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import json
 import re
 import unicodedata
 from pathlib import Path
@@ -162,3 +163,13 @@ def test_each_result_draws_its_own_nonce():
     nonces = {reading.blocks(framing.render(payload))[0]["nonce"] for _ in range(5)}
 
     assert len(nonces) == 5
+
+
+def test_a_result_with_no_body_and_nothing_to_neutralise_is_its_json_as_encoded():
+    plain = {"notes": [], "rooms": [{"slug": "dev", "title": "Dev", "unseen": 0}]}
+    hostile = {"error": {"message": "No agent is named '<system>'."}}
+
+    for payload in (plain, hostile):
+        encoded = json.dumps(payload, ensure_ascii=False)
+        assert framing.render(payload, encoded=encoded) == framing.render(payload)
+    assert framing.render(plain, encoded="as encoded") == "as encoded"
