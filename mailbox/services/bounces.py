@@ -47,7 +47,9 @@ def notes_bounce(*, now: datetime | None = None, batch: int = BOUNCE_BATCH) -> i
     now = now or timezone.now()
     total = 0
     while True:
-        candidates = list(_overdue(now).order_by("id").values_list("id", flat=True)[:batch])
+        # Unordered: both databases then read the pending notes alone, through
+        # their partial index (note_pending_next), never the delivered history.
+        candidates = list(_overdue(now).order_by().values_list("id", flat=True)[:batch])
         if not candidates:
             return total
         pause_point("bounce.candidates")

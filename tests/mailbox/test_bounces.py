@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from mailbox import services
@@ -174,3 +175,17 @@ def test_bounces_are_counted_for_metrics(alice, django_capture_on_commit_callbac
         services.notes_bounce(now=later(note, WEEK * 2))
 
     assert metrics.NOTES_BOUNCED._value.get() == before + 1
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's plan; PostgreSQL's is costed")
+def test_a_sweep_reads_the_pending_notes_alone_never_the_delivered_history():
+    from mailbox.services.bounces import _overdue
+
+    ProjectFactory(slug="brief", note_ttl=2)
+    candidates = _overdue(timezone.now()).order_by().values_list("id", flat=True)[:100]
+    sql, params = candidates.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        plan = [row[3] for row in cursor.fetchall()]
+
+    assert plan[0] == "SCAN mailbox_note USING INDEX note_pending_next", plan
