@@ -296,19 +296,20 @@ def _bulk_notes(count: int, checker: Session) -> int:
         note_id = _next_id(Note)
         now = _now_value()
         assert _columns(Conversation) == [
-            "id", "public_id", "cap", "notes_count", "created_at", "last_note_at", "locked_at",
+            "id", "public_id", "cap", "notes_count", "last_position", "created_at",
+            "last_note_at", "locked_at",
         ], _columns(Conversation)  # fmt: skip
         assert _columns(Note) == [
-            "id", "public_id", "conversation_id", "position", "sender_name_id",
+            "id", "public_id", "conversation_id", "position", "sender_name_id", "sender_kind",
             "sender_session_id", "recipient_id", "next_workspace_id", "body", "created_at",
             "idempotency_key", "delivery", "bound_session_id", "delivered_to_id",
-            "delivered_at", "claim",
+            "delivered_at", "bounced_at", "bounce_of_id", "claim",
         ], _columns(Note)  # fmt: skip
 
         def conversation_rows():
             for t, public_id in enumerate(_public_ids("cnv", threads)):
                 size = min(NOTES_PER_THREAD, count - t * NOTES_PER_THREAD)
-                yield (conversation_id + t, public_id, NOTES_PER_THREAD, size,
+                yield (conversation_id + t, public_id, NOTES_PER_THREAD, size, size,
                        now, now, None)  # fmt: skip
 
         def note_rows():
@@ -335,9 +336,9 @@ def _bulk_notes(count: int, checker: Session) -> int:
                     recipient = peers[i % len(peers)].pk
                     delivered_at, claim = now, claims.pop()
                 yield (note_id + i, public_ids.pop(), conversation_id + thread,
-                       position + 1, author.pk, None, recipient, next_ws,
+                       position + 1, author.pk, "agent", None, recipient, next_ws,
                        f"{SEED_BODY} (note {note_id + i})", now, None, delivery, bound,
-                       delivered_to, delivered_at, claim)  # fmt: skip
+                       delivered_to, delivered_at, None, None, claim)  # fmt: skip
 
         _bulk_insert(Conversation, conversation_rows())
         _bulk_insert(Note, note_rows())

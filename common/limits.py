@@ -26,9 +26,14 @@ HANDLE_MESSAGE = (
 
 # Names no session may claim: a note to "next" goes to whoever attaches to the
 # sender's workspace next (SPEC §1, §3.2), so an agent named so could never be
-# reached by name.
-RESERVED_NAMES = frozenset({"next"})
-RESERVED_NAME_MESSAGE = 'This name is reserved: "next" addresses the next session of a workspace.'
+# reached by name; "plumb" signs plumb's own notes (a bounce notice, kind
+# "system"), so no agent may pass for it.
+SYSTEM_NAME = "plumb"
+RESERVED_NAMES = frozenset({"next", SYSTEM_NAME})
+RESERVED_NAME_MESSAGE = (
+    'This name is reserved: "next" addresses the next session of a workspace, '
+    'and "plumb" signs plumb\'s own notes.'
+)
 
 # Public ids (ses_..., msg_...) as clients send them back.
 PUBLIC_ID_MAX = 64

@@ -159,3 +159,10 @@ def request_count(operation: str, method: str, status: str, seconds: float) -> N
     count, duration = children
     count.inc()
     duration.observe(seconds)
+
+
+NOTES_BOUNCED = Counter(
+    "plumb_notes_bounced",
+    "Notes nobody picked up within their project's note_ttl, bounced back to their sender "
+    "(mailbox/services/bounces.py).",
+)

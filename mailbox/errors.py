@@ -96,6 +96,11 @@ class ConversationNotFound(NotFound):
     message = "No conversation has this id."
 
 
+class NoteNotFound(NotFound):
+    code = "note_not_found"
+    message = "No note of yours has this id."
+
+
 class NotAParticipant(PlumbError):
     code = "not_a_participant"
     status = 403

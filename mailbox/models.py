@@ -25,6 +25,22 @@ def session_public_id() -> str:
     return new_public_id("ses")
 
 
+# A week: long enough for an agent idle on its human, short enough that a note
+# nobody will pick up comes back to its sender (SPEC §8).
+NOTE_TTL_DEFAULT = 7 * 24 * 3600
+
+
+class AuthorKind(models.TextChoices):
+    """Who wrote something an agent reads: the ``kind`` of every ``from`` and ``author``.
+
+    Every name is an agent's today; ``system`` is plumb itself (a bounce notice).
+    """
+
+    AGENT = "agent"
+    HUMAN = "human"
+    SYSTEM = "system"
+
+
 class Project(models.Model):
     slug = models.CharField(max_length=limits.NAME_MAX, unique=True, validators=[slug_validator])
     name = models.CharField(max_length=limits.PROJECT_NAME_MAX, blank=True)
@@ -40,6 +56,13 @@ class Project(models.Model):
         default=False,
         help_text="Accept notes and room joins from every project, without per-project opt-ins.",
     )
+    note_ttl = models.PositiveIntegerField(
+        "note TTL (seconds)",
+        default=NOTE_TTL_DEFAULT,
+        validators=[MinValueValidator(1)],
+        help_text="Seconds a note sent by this project's agents may wait to be picked up; "
+        "then it bounces, and its sender gets a note from plumb saying so.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -47,6 +70,9 @@ class Project(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(max_exchanges__gte=1), name="project_max_exchanges_at_least_1"
+            ),
+            models.CheckConstraint(
+                condition=Q(note_ttl__gte=1), name="project_note_ttl_at_least_1"
             ),
         ]
 
@@ -300,6 +326,10 @@ class Conversation(models.Model):
     # Counted under the row lock in the transaction that inserts each note,
     # so the cap holds however many replies race.
     notes_count = models.PositiveIntegerField(default=0)
+    # The highest position of its notes, taken under the same lock. Above
+    # notes_count once plumb has written in the thread: its notices (bounces)
+    # take a position but not an exchange.
+    last_position = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     last_note_at = models.DateTimeField(default=timezone.now)
     locked_at = models.DateTimeField(null=True, blank=True)
@@ -310,6 +340,10 @@ class Conversation(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(notes_count__lte=models.F("cap")), name="conversation_within_cap"
+            ),
+            models.CheckConstraint(
+                condition=Q(last_position__gte=models.F("notes_count")),
+                name="conversation_positions_cover_notes",
             ),
         ]
 
@@ -347,13 +381,32 @@ class Note(models.Model):
         NAME = "name"
         NEXT = "next"
 
+    class State(models.TextChoices):
+        """Where a note stands, as its participants see it (derived: ``state``)."""
+
+        WAITING = "waiting"
+        DELIVERED = "delivered"
+        BOUNCED = "bounced"
+
     public_id = models.CharField(max_length=32, unique=True, default=note_public_id, editable=False)
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="notes")
     position = models.PositiveIntegerField()
     # PROTECT: a note is part of its thread's history, which another party
     # reads too; deleting its sender, recipient or "next" workspace must not
     # take it along (SPEC §3.3: the thread history shows every note).
-    sender_name = models.ForeignKey(AgentName, on_delete=models.PROTECT, related_name="notes_sent")
+    # Null for plumb's own notes (sender_kind "system"); indexed with the id
+    # by note_by_sender, for the sender's list of sent notes.
+    sender_name = models.ForeignKey(
+        AgentName,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="notes_sent",
+        db_index=False,
+    )
+    sender_kind = models.CharField(
+        max_length=8, choices=AuthorKind.choices, default=AuthorKind.AGENT, editable=False
+    )
     sender_session = models.ForeignKey(
         Session, on_delete=models.SET_NULL, null=True, related_name="notes_sent"
     )
@@ -377,9 +430,27 @@ class Note(models.Model):
     delivered_to = models.ForeignKey(
         Session, on_delete=models.SET_NULL, null=True, blank=True, related_name="notes_delivered"
     )
+    # When the note stopped waiting: delivered (delivered_to set), or bounced
+    # (bounced_at set to the same time). A bounce is a conditional UPDATE on
+    # this column, as a claim is, so whichever reaches the row first wins, and
+    # every pending-notes query (and partial index) leaves bounced notes out
+    # unchanged. Agents see null here for a bounced note: ``state`` says which.
     delivered_at = models.DateTimeField(null=True, blank=True)
-    # Set by the conditional UPDATE that claims the note, then used to read
-    # back exactly the rows this claim won.
+    bounced_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # On plumb's notice that a note bounced: that note, by its public id (the
+    # representation shows it without a join).
+    bounce_of = models.ForeignKey(
+        "self",
+        to_field="public_id",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="+",
+        db_index=False,
+    )
+    # Set by the conditional UPDATE that claims (or bounces) the note, then
+    # used to read back exactly the rows this claim won.
     claim = models.CharField(max_length=32, null=True, blank=True, editable=False)  # noqa: DJ001
 
     class Meta:
@@ -397,6 +468,18 @@ class Note(models.Model):
                 condition=Q(recipient__isnull=True, next_workspace__isnull=False)
                 | Q(recipient__isnull=False, next_workspace__isnull=True),
                 name="note_one_addressee",
+            ),
+            # plumb's notes, and only they, have no sender name.
+            models.CheckConstraint(
+                condition=Q(sender_kind=AuthorKind.SYSTEM, sender_name__isnull=True)
+                | (~Q(sender_kind=AuthorKind.SYSTEM) & Q(sender_name__isnull=False)),
+                name="note_system_has_no_sender",
+            ),
+            # A bounced note has one notice: the bounce's backstop if it ever ran twice.
+            models.UniqueConstraint(
+                fields=["bounce_of"],
+                condition=Q(bounce_of__isnull=False),
+                name="note_one_bounce_notice",
             ),
         ]
         indexes = [
@@ -422,6 +505,12 @@ class Note(models.Model):
                 name="note_pending_next",
             ),
             models.Index(fields=["claim"], condition=Q(claim__isnull=False), name="note_claim"),
+            # A name's sent notes, newest first (GET /api/v1/notes/sent/).
+            models.Index(fields=["sender_name", "id"], name="note_by_sender"),
+            # Bounces are rare: counting the recent ones reads only them.
+            models.Index(
+                fields=["bounced_at"], condition=Q(bounced_at__isnull=False), name="note_bounced"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -430,6 +519,12 @@ class Note(models.Model):
     @property
     def to_display(self) -> str:
         return "next" if self.next_workspace_id else self.recipient.handle
+
+    @property
+    def state(self) -> str:
+        if self.delivered_at is None:
+            return self.State.WAITING.value
+        return (self.State.DELIVERED if self.bounced_at is None else self.State.BOUNCED).value
 
 
 # --- operators' audit trail ----------------------------------------------------------

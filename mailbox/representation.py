@@ -9,8 +9,12 @@ never run queries: selectors fetch every related row they read.
 from datetime import UTC, datetime
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
+
+from common.limits import SYSTEM_NAME
+from mailbox.models import AuthorKind, Note
 
 
 def timestamp(value: datetime) -> str:
@@ -19,9 +23,38 @@ def timestamp(value: datetime) -> str:
 
 
 class NoteSenderSerializer(serializers.Serializer):
-    name = serializers.CharField(source="handle")
-    workspace = serializers.CharField(source="workspace.slug")
-    project = serializers.CharField(source="workspace.project.slug")
+    """Who wrote a note. plumb's own notes come from ``plumb``, kind ``system``,
+    with no workspace or project."""
+
+    name = serializers.CharField()
+    workspace = serializers.CharField(allow_null=True)
+    project = serializers.CharField(allow_null=True)
+    kind = serializers.ChoiceField(choices=AuthorKind.choices)
+
+
+class NoteRecipientSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    kind = serializers.ChoiceField(choices=AuthorKind.choices)
+
+
+@extend_schema_field(NoteSenderSerializer)
+class _SenderField(serializers.Field):
+    """The whole note in, its ``from`` out: a system note has no sender row to follow."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(source="*", read_only=True, **kwargs)
+
+    def to_representation(self, note: Note) -> dict[str, Any]:
+        return sender_json(note)
+
+
+@extend_schema_field(NoteRecipientSerializer(allow_null=True))
+class _DeliveredToField(serializers.Field):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(source="*", read_only=True, **kwargs)
+
+    def to_representation(self, note: Note) -> dict[str, Any] | None:
+        return delivered_to_json(note)
 
 
 class NoteSerializer(serializers.Serializer):
@@ -31,15 +64,31 @@ class NoteSerializer(serializers.Serializer):
 
     id = serializers.CharField(source="public_id")
     conversation_id = serializers.CharField(source="conversation.public_id")
-    from_ = NoteSenderSerializer(source="sender_name")
+    from_ = _SenderField()
     to = serializers.CharField(source="to_display", help_text='A name, or "next".')
     body = serializers.CharField()
     created_at = serializers.DateTimeField()
     position = serializers.IntegerField(help_text="1-based index of the note in its thread.")
     exchanges_left = serializers.IntegerField(source="conversation.exchanges_left")
-    delivered_at = serializers.DateTimeField(
-        allow_null=True, help_text="When the note was delivered; null while it waits."
+    state = serializers.ChoiceField(
+        choices=Note.State.choices,
+        help_text="waiting: not picked up yet; delivered: a session received it "
+        "(delivered_to, delivered_at); bounced: nobody picked it up within the sender "
+        "project's note_ttl, and it will never be delivered.",
     )
+    delivered_at = serializers.SerializerMethodField(
+        help_text="When the note was delivered; null while it waits, and for a bounced note."
+    )
+    delivered_to = _DeliveredToField(help_text="Who received it; null until then.")
+    bounce_of = serializers.CharField(
+        source="bounce_of_id",
+        allow_null=True,
+        help_text="On plumb's notice that a note bounced: that note's id; null otherwise.",
+    )
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_delivered_at(self, note: Note) -> str | None:
+        return _delivered_at(note)
 
     def get_fields(self):
         # "from" is a Python keyword; expose the attribute under its contract name.
@@ -75,6 +124,11 @@ class ConversationSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     last_note_at = serializers.DateTimeField()
     locked = serializers.SerializerMethodField()
+    awaiting_reply_from = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Who the thread waits to hear from: the recipient of its last note by an "
+        'agent ("next" while a note to next waits); empty once it bounced.',
+    )
 
     def get_locked(self, conversation) -> bool:
         return conversation.locked_at is not None
@@ -90,26 +144,53 @@ def session_json(session) -> dict[str, Any]:
 
 def note_json(note) -> dict[str, Any]:
     """A note as a plain dict: DRF's per-field machinery cost a fifth of a
-    note call. Expects sender, conversation and addressee to be loaded."""
-    sender = note.sender_name
-    workspace = sender.workspace
+    note call. Expects sender, conversation and addressee to be loaded, and
+    the receiving session's name once delivered."""
     conversation = note.conversation
-    delivered_at = note.delivered_at
     return {
         "id": note.public_id,
         "conversation_id": conversation.public_id,
-        "from": {
-            "name": sender.handle,
-            "workspace": workspace.slug,
-            "project": workspace.project.slug,
-        },
+        "from": sender_json(note),
         "to": note.to_display,
         "body": note.body,
         "created_at": timestamp(note.created_at),
         "position": note.position,
         "exchanges_left": conversation.exchanges_left,
-        "delivered_at": timestamp(delivered_at) if delivered_at is not None else None,
+        "state": note.state,
+        "delivered_at": _delivered_at(note),
+        "delivered_to": delivered_to_json(note),
+        "bounce_of": note.bounce_of_id,
     }
+
+
+def sender_json(note) -> dict[str, Any]:
+    """A note's ``from``: its sender's name, workspace, project and kind."""
+    sender = note.sender_name
+    if sender is None:
+        return {"name": SYSTEM_NAME, "workspace": None, "project": None, "kind": note.sender_kind}
+    workspace = sender.workspace
+    return {
+        "name": sender.handle,
+        "workspace": workspace.slug,
+        "project": workspace.project.slug,
+        "kind": note.sender_kind,
+    }
+
+
+def delivered_to_json(note) -> dict[str, Any] | None:
+    """Whom a delivered note went to; null while it waits, once bounced, or when the
+    receiving session is gone."""
+    if note.delivered_to_id is None:
+        return None
+    # Sessions are agents' connections: a person's would say "human".
+    return {"name": note.delivered_to.name.handle, "kind": AuthorKind.AGENT.value}
+
+
+def _delivered_at(note) -> str | None:
+    # delivered_at also marks when a bounced note stopped waiting; agents see null.
+    if note.delivered_at is None or note.bounced_at is not None:
+        return None
+    return timestamp(note.delivered_at)
 
 
 def notes_json(notes) -> list[dict[str, Any]]:
@@ -128,6 +209,10 @@ def note_left_body(left) -> dict:
         "scrubbed": left.scrubbed,
         "replayed": left.replayed,
     }
+
+
+def notes_sent_body(notes, has_more: bool) -> dict:
+    return {"sent": notes_json(notes), "has_more": has_more}
 
 
 def conversation_list_body(threads, has_more: bool) -> dict:

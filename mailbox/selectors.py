@@ -12,8 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Case, CharField, Exists, OuterRef, Prefetch, Q, QuerySet, Value, When
+from django.db.models import (
+    Exists,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+)
 
+from common import limits
 from common.prepared import Prepared, PreparedObjects
 from mailbox import credentials
 from mailbox.errors import (
@@ -21,6 +29,7 @@ from mailbox.errors import (
     KeyNotFound,
     NameNotFound,
     NotAParticipant,
+    NoteNotFound,
     ProjectNotFound,
     WorkspaceNotFound,
 )
@@ -165,27 +174,26 @@ def audit_list(project_slug: str | None = None, *, limit: int = 50) -> list[Audi
 # A note's delivery state (SPEC §1): one condition on the note's own row per
 # state, no two true of the same note. The operator listing filters on one and
 # labels each note with the one that holds, so a state is added here alone.
+# A note's state (``Note.state``) as a filter: a bounce settles ``delivered_at``
+# too (SPEC §3.6), so only ``bounced_at`` tells a bounced note from a delivered one.
 NOTE_STATES: dict[str, Q] = {
-    "waiting": Q(delivered_at__isnull=True),
-    "delivered": Q(delivered_at__isnull=False),
+    Note.State.WAITING: Q(delivered_at__isnull=True),
+    Note.State.DELIVERED: Q(delivered_at__isnull=False, bounced_at__isnull=True),
+    Note.State.BOUNCED: Q(bounced_at__isnull=False),
 }
 
 
 def note_list_for_operator(
     project: Project | None = None, *, state: str | None = None, limit: int = 100
 ) -> list[Note]:
-    """Notes, newest first, at most ``limit``, each with its ``state``; all projects when None.
+    """Notes, newest first, at most ``limit``; all projects when None.
 
     A project's notes are those its agents sent and those addressed to its
     names or workspaces, so both ends of a cross-project thread find them.
     ``state`` is a key of ``NOTE_STATES``. Bodies are deferred: the listing
     says who wrote to whom and when, never what.
     """
-    labelled = Case(
-        *(When(condition, then=Value(name)) for name, condition in NOTE_STATES.items()),
-        output_field=CharField(),
-    )
-    notes = Note.objects.annotate(state=labelled)
+    notes = Note.objects.all()
     if project is not None:
         notes = notes.filter(
             Q(sender_name__workspace__project=project)
@@ -213,11 +221,14 @@ def conversation_get_for_operator(public_id: str) -> Conversation:
 
 # --- conversations (visible to their participants only) ------------------------------
 
+# Everything a note's JSON shows: its thread, addressee, sender (with its
+# workspace and project) and, once delivered, the name of the receiving session.
 _NOTE_RELATED = (
     "conversation",
     "recipient",
     "next_workspace",
     "sender_name__workspace__project",
+    "delivered_to__name",
 )
 
 
@@ -227,10 +238,19 @@ def conversation_list_for_session(
     """The session's threads, newest activity first, and whether more follow.
 
     ``after_id`` continues a listing after the conversation of that id (a
-    cursor, so that pages stay stable while new notes arrive).
+    cursor, so that pages stay stable while new notes arrive). Each thread
+    comes with its participants and ``awaiting_reply_from``; three queries
+    whatever the page holds.
     """
-    threads = Conversation.objects.filter(participants__name_id=session.name_id).order_by(
-        "-last_note_at", "-id"
+    last_written = (
+        Note.objects.filter(conversation=OuterRef("pk"), sender_name__isnull=False)
+        .order_by("-position")
+        .values("pk")[:1]
+    )
+    threads = (
+        Conversation.objects.filter(participants__name_id=session.name_id)
+        .annotate(last_written_pk=Subquery(last_written))
+        .order_by("-last_note_at", "-id")
     )
     if after_id:
         anchor = threads.filter(public_id=after_id).values("last_note_at", "id").first()
@@ -248,7 +268,30 @@ def conversation_list_for_session(
             )
         )[: limit + 1]
     )
-    return page[:limit], len(page) > limit
+    page, has_more = page[:limit], len(page) > limit
+    last_notes = Note.objects.select_related("recipient", "delivered_to__name").in_bulk(
+        [t.last_written_pk for t in page if t.last_written_pk is not None]
+    )
+    for thread in page:
+        thread.awaiting_reply_from = awaiting_reply_from(last_notes.get(thread.last_written_pk))
+    return page, has_more
+
+
+def awaiting_reply_from(last_written: Note | None) -> list[str]:
+    """Who the thread waits to hear from: the addressee of its last note by an agent.
+
+    Nobody has written since that note, by definition: its recipient's name,
+    or for a "next" note whoever it was delivered to ("next" while it waits).
+    Nobody once it bounced, or in a thread with no such note.
+    """
+    if last_written is None or last_written.bounced_at is not None:
+        return []
+    if last_written.next_workspace_id is None:
+        return [last_written.recipient.handle]
+    if last_written.delivered_at is None:
+        return ["next"]
+    receiver = last_written.delivered_to
+    return [receiver.name.handle] if receiver is not None else []
 
 
 def conversation_get_for_session(session: Session, public_id: str) -> Conversation:
@@ -271,7 +314,59 @@ def conversation_get_for_session(session: Session, public_id: str) -> Conversati
         raise ConversationNotFound()
     if not any(p.name_id == session.name_id for p in conversation.participants.all()):
         raise NotAParticipant()
+    written = [n for n in conversation.notes.all() if n.sender_name_id is not None]
+    conversation.awaiting_reply_from = awaiting_reply_from(written[-1] if written else None)
     return conversation
+
+
+# --- notes sent by a name (SPEC §3.6) ---------------------------------------------------
+
+def note_state_condition(state: str) -> Q:
+    """The notes in ``state`` (waiting, delivered or bounced), as a filter."""
+    return NOTE_STATES[state]
+
+
+def notes_sent_for_session(
+    session: Session,
+    *,
+    state: str | None = None,
+    after_id: str | None = None,
+    limit: int = limits.PAGE_DEFAULT,
+) -> tuple[list[Note], bool]:
+    """Notes sent by the caller's name, from any of its sessions, newest first, in
+    ``state`` if given, and whether more follow. One query (two with ``after_id``).
+
+    ``after_id`` continues after that note (a cursor: new notes do not shift
+    the pages); ``note_not_found`` when the name sent no note of that id.
+    """
+    notes = Note.objects.filter(sender_name_id=session.name_id)
+    if state is not None:
+        notes = notes.filter(note_state_condition(state))
+    if after_id:
+        anchor = (
+            Note.objects.filter(sender_name_id=session.name_id, public_id=after_id)
+            .values_list("id", flat=True)
+            .first()
+        )
+        if anchor is None:
+            raise NoteNotFound("after_id names no note you sent.")
+        notes = notes.filter(id__lt=anchor)
+    page = list(notes.select_related(*_NOTE_RELATED).order_by("-id")[: limit + 1])
+    return page[:limit], len(page) > limit
+
+
+def notes_waiting_ids(name_id: int, *, limit: int) -> list[int]:
+    """Ids of the newest ``limit`` notes of a name that still wait."""
+    return list(
+        Note.objects.filter(sender_name_id=name_id, delivered_at__isnull=True)
+        .order_by("-id")
+        .values_list("id", flat=True)[:limit]
+    )
+
+
+def notes_settled(note_ids: list[int]) -> bool:
+    """Whether any of these notes has been delivered or bounced since it was seen waiting."""
+    return Note.objects.filter(pk__in=note_ids, delivered_at__isnull=False).exists()
 
 
 # The open session of a name, locked until commit, as (id, last_seen_at) rows:

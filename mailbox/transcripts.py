@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from common.limits import SYSTEM_NAME
 from common.markdown import render_markdown
 from common.text import visible
 from common.transcripts import PAGE_SIZE, Entry, Page, Person, transcript_page
@@ -14,7 +15,8 @@ def _note_entry(note: Note) -> Entry:
         seq=note.position,
         kind="note",
         created_at=note.created_at,
-        actor=Person(sender.handle),
+        # plumb's own notes (bounce notices) have no sender name.
+        actor=Person(sender.handle if sender is not None else f"{SYSTEM_NAME} (system)"),
         body=render_markdown(note.body),
         public_id=note.public_id,
         recipient=(
@@ -37,7 +39,7 @@ def conversation_transcript(
     )
     entries = [_note_entry(note) for note in notes]
     return transcript_page(
-        entries, after_seq=after_seq, page_size=page_size, head=conversation.notes_count
+        entries, after_seq=after_seq, page_size=page_size, head=conversation.last_position
     )
 
 

@@ -1,7 +1,8 @@
 """Long-polling calls: one waiting rule for all of them, and keep them few.
 
-Three calls may wait: ``check_messages`` (a note), ``read_messages`` (a room
-event) and ``wait_for_activity`` (either). Each passes :func:`wait_for` a
+Four calls may wait: ``check_messages`` (a note), ``read_messages`` (a room
+event), ``wait_for_activity`` (either) and ``list_sent_notes`` (one of the
+caller's notes delivered or bounced). Each passes :func:`wait_for` a
 *check*, a callable that returns the call's answer or None while there is
 nothing to answer, and the *topics* of what it waits for; everything else is
 decided here, once. ``mailbox`` never imports ``rooms``: the room waits build
@@ -42,6 +43,7 @@ calls alike:
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 import time
@@ -94,6 +96,15 @@ def note_topics(note: Note) -> list[str]:
     return [f"w:{note.next_workspace_id}{wake.NUMBER}{note.pk}"]
 
 
+# What a note of name N publishes when it stops waiting (delivered or bounced):
+# "t:N", for the name's waiting list_sent_notes calls.
+SENT_PREFIX = "t:"
+
+
+def sent_topic(name_id: int) -> str:
+    return f"{SENT_PREFIX}{name_id}"
+
+
 def _poll_topic(session_id: int) -> str:
     return f"p:{session_id}"
 
@@ -121,11 +132,12 @@ def waiting_polls() -> int:
 
 def wait_for(
     session: Session,
-    check: Callable[[], T | None],
+    check: Callable[..., T | None],
     *,
     seconds: float,
     idle: Callable[[], T],
     topics: Iterable[str],
+    since: Callable[[], object] | None = None,
 ) -> T:
     """The first answer ``check`` gives within ``seconds``, or ``idle()``.
 
@@ -135,6 +147,10 @@ def wait_for(
     newer waiting call of the session. Writes the session's ticket when it
     waits; takes no lock and holds no transaction while it sleeps.
 
+    A call that waits for a change, rather than for something to exist,
+    passes ``since``: what it saw when it began, taken once, and handed to
+    every ``check`` of the call (``check(seen)``), parked runs included.
+
     Under plumb's server the call *parks* (``common.wake.Parked``): its thread
     goes back to the pool while the event loop waits, and the request runs
     again when woken, arriving here with ``wake.resumed()``. Elsewhere (the
@@ -142,6 +158,12 @@ def wait_for(
     free waiting place in this process ``check`` runs once.
     """
     resumed = wake.resumed()
+    seen = _NOTHING_SEEN
+    if since is not None:
+        seen = _seen_before(resumed)
+        if seen is _NOTHING_SEEN:
+            seen = since()
+        check = functools.partial(check, seen)
     if resumed is not None:
         deadline, ticket = resumed.deadline, resumed.ticket
         if not resumed.woken:
@@ -162,7 +184,7 @@ def wait_for(
             wake.unsubscribe(subscription)
             return idle()
         session.notes_maybe_pending = True
-        return _park_or_answer(subscription, check, idle, deadline, ticket)
+        return _park_or_answer(subscription, check, idle, deadline, ticket, seen)
     if seconds <= 0:
         return _answer(check, idle)
     deadline = time.monotonic() + seconds
@@ -188,7 +210,7 @@ def wait_for(
         wake.unsubscribe(subscription)
         raise
     if wake.may_park():
-        return _park_or_answer(subscription, check, idle, deadline, ticket)
+        return _park_or_answer(subscription, check, idle, deadline, ticket, seen)
     if not poll_enter():
         wake.unsubscribe(subscription)
         return _answer(check, idle)
@@ -199,7 +221,7 @@ def _subscribe(session: Session, topics: Iterable[str], ticket: str) -> wake.Sub
     return wake.subscribe([*topics, _poll_topic(session.pk)], mark=ticket)
 
 
-def _park_or_answer(subscription, check, idle, deadline: float, ticket: str):
+def _park_or_answer(subscription, check, idle, deadline: float, ticket: str, seen: object):
     """Answer now if there is an answer or no time left; otherwise park on ``subscription``."""
     try:
         answer = check()
@@ -209,8 +231,36 @@ def _park_or_answer(subscription, check, idle, deadline: float, ticket: str):
     if answer is not None or deadline <= time.monotonic():
         wake.unsubscribe(subscription)
         return idle() if answer is None else answer
+    if seen is not _NOTHING_SEEN:
+        _keep_seen(ticket, deadline, seen)
     # The front waits on the subscription, and unsubscribes it.
     raise wake.Parked(subscription, deadline, ticket)
+
+
+# What parked calls that passed ``since`` saw when they began, by ticket, until
+# they run again. A parked call runs again in the process that parked it.
+_NOTHING_SEEN = object()
+_seen: dict[str, tuple[float, object]] = {}
+_seen_guard = threading.Lock()
+# How long past its deadline an entry is kept: its call may still be about to run.
+_SEEN_GRACE = 60.0
+
+
+def _keep_seen(ticket: str, deadline: float, seen: object) -> None:
+    now = time.monotonic()
+    with _seen_guard:
+        # Calls whose client left never run again: their entries go here.
+        for stale in [t for t, (d, _) in _seen.items() if d + _SEEN_GRACE < now]:
+            del _seen[stale]
+        _seen[ticket] = (deadline, seen)
+
+
+def _seen_before(resumed: wake.Resumed | None) -> object:
+    if resumed is None:
+        return _NOTHING_SEEN
+    with _seen_guard:
+        kept = _seen.pop(resumed.ticket, None)
+    return _NOTHING_SEEN if kept is None else kept[1]
 
 
 def _wait_in_thread(session, subscription, check, idle, deadline: float, ticket: str):

@@ -5,13 +5,13 @@ and every ``@admin.register`` in the apps are this site.
 
 The home page's "at a glance" panel (``templates/admin/plumb/glance.html``)
 has a row per project, and one for all of them: connected sessions, pending
-notes, messages in the last hour and day, and a chart of messages and notes
-per hour over the last 24 hours. The figures come from ``rooms.activity``
-(a fixed number of queries); this module turns them into what the template
-draws: the bars of an inline SVG chart (drawn on the server: no script, no
-file to fetch) and links only where the user may follow them. Moderators
-see every figure, but no link to projects or sessions, which they may not
-open.
+notes, notes bounced in the last day, messages in the last hour and day,
+and a chart of messages and notes per hour over the last 24 hours. The
+figures come from ``rooms.activity`` (a fixed number of queries); this
+module turns them into what the template draws: the bars of an inline SVG
+chart (drawn on the server: no script, no file to fetch) and links only
+where the user may follow them. Moderators see every figure, but no link to
+projects or sessions, which they may not open.
 
 The login is Django's, with failed sign-ins counted per client address like
 the API's failed credentials (``PLUMB_RATE_AUTH_FAIL``, see
@@ -125,6 +125,7 @@ def glance_context(request: HttpRequest) -> dict[str, Any]:
     activity = activity_by_project()
     may_open_projects = user.has_perm("mailbox.view_project")
     may_open_sessions = user.has_perm("mailbox.view_session")
+    may_open_notes = user.has_perm("mailbox.view_note")
     rows = [
         _row(
             figures,
@@ -135,6 +136,7 @@ def glance_context(request: HttpRequest) -> dict[str, Any]:
                 else None
             ),
             sessions_url=(_sessions_url(project=figures.slug) if may_open_sessions else None),
+            bounced_url=_bounced_url(project=figures.slug) if may_open_notes else None,
         )
         for figures in activity.projects
     ]
@@ -143,6 +145,7 @@ def glance_context(request: HttpRequest) -> dict[str, Any]:
         activity,
         project_url=None,
         sessions_url=_sessions_url() if may_open_sessions else None,
+        bounced_url=_bounced_url() if may_open_notes else None,
     )
     return {
         "glance": {
@@ -159,17 +162,24 @@ def _sessions_url(project: str | None = None) -> str:
     return f"{reverse('admin:mailbox_session_changelist')}?{urlencode(query)}"
 
 
+def _bounced_url(project: str | None = None) -> str:
+    query = {"state": "bounced"} | ({"project": project} if project else {})
+    return f"{reverse('admin:mailbox_note_changelist')}?{urlencode(query)}"
+
+
 def _row(
     figures: ProjectActivity,
     activity: Activity,
     *,
     project_url: str | None,
     sessions_url: str | None,
+    bounced_url: str | None = None,
 ) -> dict[str, Any]:
     return {
         "figures": figures,
         "project_url": project_url,
         "sessions_url": sessions_url,
+        "bounced_url": bounced_url,
         "chart": chart(figures.messages_by_hour, figures.notes_by_hour, activity.hours),
     }
 

@@ -123,3 +123,11 @@ keepalive = 30
 # poll for up to 30 s): the worker waits for it rather than cancel it at 3 s
 # and log it as its own 500.
 asgi_disconnect_grace_period = 35
+
+
+def post_worker_init(worker: object) -> None:
+    """Each worker runs plumb's periodic jobs (bounces), one runner at a time across
+    processes and hosts (``plumb_site/jobs.py``)."""
+    from plumb_site import jobs  # Django is set up by now: the worker loaded the app
+
+    jobs.start()

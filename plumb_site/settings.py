@@ -316,6 +316,8 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "common.schema.add_error_responses",
     ],
+    # Fields named "kind": who wrote something (from, author) and an event's kind.
+    "ENUM_NAME_OVERRIDES": {"AuthorKindEnum": "mailbox.models.AuthorKind"},
     "APPEND_COMPONENTS": {
         "securitySchemes": {
             "sessionToken": {"type": "http", "scheme": "bearer", "description": "Session token"},

@@ -1,9 +1,11 @@
 """Each project at a glance, for the admin home: who is connected, what waits, how busy.
 
-Five queries whatever the data, each grouped by project: projects, connected
-sessions, pending notes, then messages and notes of the last 24 hours by
-hour. It lives in ``rooms`` because it reads both halves of plumb, and only
-``rooms`` may import ``mailbox``.
+Six queries whatever the data, each grouped by project: projects, connected
+sessions, pending notes, notes bounced in the last 24 hours (by their
+sender's project; the partial index ``note_bounced`` holds bounced notes
+only), then messages and notes of the last 24 hours by hour. It lives in
+``rooms`` because it reads both halves of plumb, and only ``rooms`` may
+import ``mailbox``.
 
 **Only the window is read.** Messages and notes grow without bound and
 ``created_at`` has no index (one per row would cost every send for the sake
@@ -40,6 +42,7 @@ class ProjectActivity:
     name: str
     connected: int = 0
     pending_notes: int = 0
+    bounced_last_day: int = 0
     messages_last_hour: int = 0
     messages_last_day: int = 0
     notes_last_day: int = 0
@@ -50,6 +53,7 @@ class ProjectActivity:
         for name in (
             "connected",
             "pending_notes",
+            "bounced_last_day",
             "messages_last_hour",
             "messages_last_day",
             "notes_last_day",
@@ -95,6 +99,9 @@ def activity_by_project(now: datetime | None = None) -> Activity:
     )
     for pk, count in _grouped(pending, "project_id"):
         of(pk).pending_notes = count
+    bounced = Note.objects.filter(bounced_at__gte=day_ago, sender_name__isnull=False)
+    for pk, count in _grouped(bounced, "sender_name__workspace__project_id"):
+        of(pk).bounced_last_day = count
 
     messages = (
         Message.objects.filter(_created_since(Message, day_ago))

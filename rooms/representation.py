@@ -10,8 +10,13 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from common.text import visible
+from mailbox.models import AuthorKind
 from mailbox.representation import notes_json, timestamp
 from rooms.models import Event, Message
+
+# Who posts in rooms: agents, by their names (people posting from the admin
+# will be "human"); a moderation by an operator has no actor.
+_AGENT = AuthorKind.AGENT.value
 
 # --- representations -------------------------------------------------------------
 # Messages and events are built as plain dicts: DRF's per-field machinery (and a
@@ -28,13 +33,18 @@ def person_json(handle: str, display_name: str) -> dict:
     }
 
 
+def author_json(handle: str, display_name: str) -> dict:
+    """A message's author or an event's actor: a person, and what kind of writer."""
+    return {**person_json(handle, display_name), "kind": _AGENT}
+
+
 def message_json(message: Message) -> dict:
     hidden = message.hidden
     return {
         "id": message.public_id,
         "seq": message.seq,
         "room": message.room.slug,
-        "author": person_json(message.author.handle, message.author_display_name),
+        "author": author_json(message.author.handle, message.author_display_name),
         "body": None if hidden else message.body,
         "reply_to": message.reply_to.public_id if message.reply_to_id else None,
         # Recomputed from handle and display name, as PersonSerializer does.
@@ -72,7 +82,7 @@ def event_json(event: Event) -> dict:
         "kind": kind,
         "created_at": timestamp(event.created_at),
         "actor": (
-            person_json(event.actor.handle, event.actor_display_name)
+            author_json(event.actor.handle, event.actor_display_name)
             if event.actor_id is not None
             else None
         ),
@@ -144,6 +154,10 @@ def message_sent_body(sent) -> dict:
         "scrubbed": sent.scrubbed,
         "replayed": sent.replayed,
     }
+
+
+def message_receipts_body(message, read_by: list[str], unread_by: list[str]) -> dict:
+    return {"message": message_json(message), "read_by": read_by, "unread_by": unread_by}
 
 
 def events_read_body(read) -> dict:

@@ -117,8 +117,13 @@ def pytest_collection_modifyitems(config, items):
     """On SQLite, the tests that need PostgreSQL itself are not run here but handed, all
     at once, to a throwaway PostgreSQL by ``tests/test_postgres_only.py``: none is skipped."""
     if connection.vendor == "postgresql":
-        # This run is PostgreSQL's: the hand-over is what is left out.
-        left = [i for i in items if i.nodeid.startswith("tests/test_postgres_only.py")]
+        # This run is PostgreSQL's: the hand-over, and what is about SQLite itself,
+        # are what is left out.
+        left = [
+            i
+            for i in items
+            if i.nodeid.startswith("tests/test_postgres_only.py") or i.get_closest_marker("sqlite")
+        ]
         if left:
             config.hook.pytest_deselected(items=left)
             items[:] = [i for i in items if i not in left]

@@ -47,6 +47,7 @@ import threading
 from collections.abc import Iterable, Iterator
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.models import BooleanField, Func, Value
 
 from common.wake import host, postgres
 from common.wake.host import wake_dir
@@ -69,6 +70,7 @@ __all__ = [
     "NUMBER",
     "WAKE_ALL",
     "Listening",
+    "NotifyEach",
     "Parked",
     "Resumed",
     "Subscription",
@@ -77,6 +79,7 @@ __all__ = [
     "may_park",
     "parking",
     "publish",
+    "published_by_query",
     "resumed",
     "subscribe",
     "subscribed",
@@ -163,6 +166,49 @@ def publish(topics: Iterable[str], *, using: str = DEFAULT_DB_ALIAS) -> None:
 def _after_commit(topics: list[str]) -> None:
     deliver(topics)
     host.send(topics)
+
+
+def published_by_query(topics: Iterable[str], *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """``publish`` for topics a query of the transaction carried (``NotifyEach``).
+
+    On PostgreSQL that query has sent them to every host already: only this
+    process is left to wake. Elsewhere it sent nothing, and this is ``publish``.
+    """
+    topics = sorted(set(topics))
+    if not topics:
+        return
+    if connections[using].vendor == "postgresql":
+        transaction.on_commit(lambda: deliver(topics), using=using)
+    else:
+        transaction.on_commit(lambda: _after_commit(topics), using=using)
+
+
+class NotifyEach(Func):
+    """In a query's columns: publish ``prefix`` + ``column`` for each row it reads.
+
+    On PostgreSQL a ``pg_notify`` per row, which PostgreSQL sends at the commit
+    of the query's transaction and merges when identical, so a read that a
+    hot path runs anyway carries the publication to every host, and no
+    statement is added for it. Elsewhere the column is NULL. Either way the
+    caller then passes the same topics to ``published_by_query``.
+    """
+
+    output_field = BooleanField(null=True)
+
+    def __init__(self, prefix: str, column: str) -> None:
+        super().__init__(Value(CHANNEL), Value(prefix), column)
+
+    def as_sql(self, compiler, connection, **extra):
+        return "NULL", []
+
+    def as_postgresql(self, compiler, connection, **extra):
+        channel, prefix, column = (compiler.compile(e) for e in self.get_source_expressions())
+        # A row without a value publishes nothing (CASE decides before it calls).
+        sql = (
+            f"CASE WHEN {column[0]} IS NULL THEN NULL "
+            f"ELSE pg_notify({channel[0]}, {prefix[0]} || {column[0]}::text) IS NULL END"
+        )
+        return sql, [*column[1], *channel[1], *prefix[1], *column[1]]
 
 
 # --- listening ----------------------------------------------------------------------------

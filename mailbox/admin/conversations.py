@@ -25,13 +25,15 @@ from common.admin.pages import (
     ObjectToolsMixin,
     ToolButton,
     badge,
+    slug_filter,
     utc_column,
     utc_time,
 )
 from common.admin.paging import LargeTableAdminMixin
+from common.limits import SYSTEM_NAME
 from common.markdown import render_markdown
 from common.transcripts import parse_after_seq
-from mailbox import services, transcripts
+from mailbox import selectors, services, transcripts
 from mailbox.models import Conversation, Note, Participant
 
 
@@ -50,8 +52,41 @@ class LockedFilter(admin.SimpleListFilter):
         return queryset
 
 
+class NoteStateFilter(admin.SimpleListFilter):
+    """Waiting, delivered or bounced; waiting notes are listed longest-waiting first."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
+        return [
+            (Note.State.WAITING, "Waiting (longest first)"),
+            (Note.State.DELIVERED, "Delivered"),
+            (Note.State.BOUNCED, "Bounced"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in Note.State.values:
+            return queryset.filter(selectors.note_state_condition(self.value()))
+        return queryset
+
+
+# The project whose note_ttl applies: the sender's.
+SenderProjectFilter = slug_filter(
+    "sender's project", "project", "sender_name__workspace__project__slug"
+)
+
+
 def _addressee(note: Note) -> str:
     return f"next in {note.next_workspace}" if note.next_workspace_id else note.recipient.handle
+
+
+_STATE_BADGES = {"waiting": "warn", "delivered": "ok", "bounced": "danger"}
+
+
+def _sender(note: Note) -> str:
+    # plumb's own notes (bounce notices) have no sender name.
+    return note.sender_name.handle if note.sender_name_id else f"{SYSTEM_NAME} (system)"
 
 
 class NoteInline(admin.TabularInline):
@@ -81,7 +116,7 @@ class NoteInline(admin.TabularInline):
 
     @admin.display(description="from")
     def sender(self, note: Note) -> str:
-        return note.sender_name.handle
+        return _sender(note)
 
     @admin.display(description="to")
     def to(self, note: Note) -> str:
@@ -276,7 +311,9 @@ class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
         "to",
         "created",
         "delivered",
+        "state",
     )
+    list_filter = (NoteStateFilter, SenderProjectFilter)
     list_select_related = ("conversation", "sender_name", "recipient", "next_workspace__project")
     search_fields = ("=public_id", "=conversation__public_id", "sender_name__handle")
     search_help_text = "Note or conversation id (exact), or the sender's name."
@@ -289,20 +326,37 @@ class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
         "to",
         "delivery",
         "created",
+        "state",
         "delivered",
+        "bounced",
         "rendered",
         "body",
     )
     readonly_fields = fields
     created = utc_column("created_at", "sent", seconds=True)
-    delivered = utc_column("delivered_at", "delivered", seconds=True)
+    bounced = utc_column("bounced_at", "bounced", seconds=True)
+
+    @admin.display(description="delivered", ordering="delivered_at")
+    def delivered(self, obj: Note) -> SafeString | str:
+        # A bounce settles the note too (delivered_at); it was never delivered.
+        return utc_time(obj.delivered_at if obj.bounced_at is None else None, seconds=True)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Note]:
         return super().get_queryset(request).select_related(*self.list_select_related)
 
+    def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
+        # Waiting notes, longest waiting first: the ones about to bounce.
+        if request.GET.get(NoteStateFilter.parameter_name) == Note.State.WAITING:
+            return ("id",)
+        return super().get_ordering(request)
+
+    @admin.display(description="state")
+    def state(self, note: Note) -> SafeString:
+        return badge(note.state, _STATE_BADGES[note.state])
+
     @admin.display(description="from", ordering="sender_name__handle")
     def sender(self, note: Note) -> str:
-        return note.sender_name.handle
+        return _sender(note)
 
     @admin.display(description="to")
     def to(self, note: Note) -> str:

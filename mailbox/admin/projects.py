@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin import helpers
@@ -16,6 +17,7 @@ from django.contrib.admin.options import InlineModelAdmin
 from django.db.models import Count, QuerySet
 from django.forms import BaseInlineFormSet, ModelForm, TextInput
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -93,6 +95,7 @@ class ProjectAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
         "accepts",
         "workspaces_count",
         "created",
+        "notes_waiting_longest",
     )
     list_filter = ("mailbox_enabled", "accept_all_projects")
     search_fields = ("slug", "name")
@@ -113,11 +116,13 @@ class ProjectAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
         (
             "Collaboration",
             {
-                "fields": ("mailbox_enabled", "max_exchanges", "accept_all_projects"),
+                "fields": ("mailbox_enabled", "max_exchanges", "accept_all_projects", "note_ttl"),
                 "description": (
                     "Whether this project's sessions use the mailbox, how long a new "
                     "conversation may run, and whether any project may send notes here "
-                    "and join its rooms. Otherwise only the projects listed below may."
+                    "and join its rooms. Otherwise only the projects listed below may. "
+                    "A note its agents send that nobody picks up within the note TTL "
+                    "bounces back to its sender."
                 ),
             },
         ),
@@ -169,6 +174,13 @@ class ProjectAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
                 inline_formset.__class__ = _OptInAdminFormSet
         return inline_formsets
 
+    @admin.display(description="notes")
+    def notes_waiting_longest(self, obj: Project) -> SafeString:
+        """The project's agents' notes still waiting, those closest to bouncing first."""
+        query = urlencode({"state": "waiting", "project": obj.slug})
+        url = reverse("admin:mailbox_note_changelist", current_app=self.admin_site.name)
+        return format_html('<a href="{}?{}">waiting longest</a>', url, query)
+
     def get_readonly_fields(self, request: HttpRequest, obj: Project | None = None) -> tuple:
         # Keys, workspaces and clients refer to the slug; renaming would strand them.
         return ("slug", "created") if obj is not None else ("created",)
@@ -182,12 +194,13 @@ class ProjectAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
                 max_exchanges=data["max_exchanges"],
                 mailbox_enabled=data["mailbox_enabled"],
                 accept_all_projects=data["accept_all_projects"],
+                note_ttl=data["note_ttl"],
             )
             _adopt(obj, created)
             return
         # The form has already set the new values on obj; the service reads the
         # old ones from the database for the audit trail.
-        editable = ("name", "max_exchanges", "mailbox_enabled", "accept_all_projects")
+        editable = ("name", "max_exchanges", "mailbox_enabled", "accept_all_projects", "note_ttl")
         services.project_update(
             obj,
             actor=admin_actor(request),

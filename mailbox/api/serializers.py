@@ -5,6 +5,7 @@ from rest_framework import serializers
 from common import limits
 from common.fields import StrictCharField, StrictRegexField, WaitField
 from common.validation import BodyInput
+from mailbox.models import Note
 from mailbox.representation import (
     ConversationDetailSerializer,
     ConversationSerializer,
@@ -96,6 +97,34 @@ class ConversationListInput(serializers.Serializer):
         default=limits.PAGE_DEFAULT,
         help_text="At most this many.",
     )
+
+
+class NotesSentInput(serializers.Serializer):
+    state = serializers.ChoiceField(
+        choices=Note.State.choices,
+        required=False,
+        help_text="Only notes in this state: waiting, delivered or bounced.",
+    )
+    after_id = StrictCharField(
+        required=False,
+        max_length=limits.PUBLIC_ID_MAX,
+        help_text="Continue after this note (the last id of the previous page).",
+    )
+    limit = serializers.IntegerField(
+        min_value=1,
+        max_value=limits.LIST_MAX,
+        required=False,
+        default=limits.PAGE_DEFAULT,
+        help_text="At most this many.",
+    )
+    wait = WaitField(
+        help_text="Seconds to wait until one of your waiting notes is delivered or bounced."
+    )
+
+
+class NotesSentOutput(EnvelopeSerializer):
+    sent = NoteSerializer(many=True, help_text="Notes you sent, newest first.")
+    has_more = serializers.BooleanField()
 
 
 class ConversationListOutput(EnvelopeSerializer):

@@ -9,6 +9,7 @@ urlpatterns = [
     re_path(r"^sessions/?$", views.SessionStartApi.as_view(), name="session-start"),
     re_path(r"^sessions/current/?$", views.SessionCurrentApi.as_view(), name="session-current"),
     re_path(r"^notes/?$", views.NotesApi.as_view(), name="notes"),
+    re_path(r"^notes/sent/?$", views.NotesSentApi.as_view(), name="notes-sent"),
     re_path(r"^conversations/?$", views.ConversationListApi.as_view(), name="conversations"),
     re_path(
         rf"^conversations/(?P<conversation_id>{limits.PUBLIC_ID_CHARS})/?$",

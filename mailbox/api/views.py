@@ -21,6 +21,7 @@ from mailbox.errors import (
     NameInUse,
     NameTaken,
     NotAParticipant,
+    NoteNotFound,
     RecipientAmbiguous,
     RecipientNotFound,
     WorkspaceNotFound,
@@ -144,6 +145,29 @@ class NotesApi(SessionApiView):
         notes = services.notes_wait(self.session, wait=query["wait"])
         # Setting "notes" here tells the envelope the delivery is done.
         return Response({"notes": representation.notes_json(notes)})
+
+
+class NotesSentApi(SessionApiView):
+    @extend_schema(
+        operation_id="list_sent_notes",
+        summary="Notes you sent, newest first, each with its state",
+        description=(
+            "The notes sent by your name, from any of its sessions: waiting (not picked up "
+            "yet), delivered (delivered_to, delivered_at) or bounced (nobody picked it up "
+            "within your project's note_ttl; it will never be delivered, and plumb left you "
+            "a note in its thread saying so). With `wait`, the call holds until one of your "
+            "waiting notes is delivered or bounced, or the seconds pass. Reading it changes "
+            "no state."
+        ),
+        parameters=[s.NotesSentInput],
+        responses={200: s.NotesSentOutput, **error_responses(NoteNotFound)},
+        auth=[{"sessionToken": []}],
+        tags=["mailbox"],
+    )
+    def get(self, request):
+        query = validated(s.NotesSentInput, request.query_params)
+        notes, has_more = services.notes_sent_wait(self.session, **query)
+        return Response(representation.notes_sent_body(notes, has_more))
 
 
 class ConversationListApi(SessionApiView):

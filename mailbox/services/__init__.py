@@ -3,12 +3,14 @@
 ``audit`` (the trail and the one rule for reasons), ``identity`` (projects,
 workspaces, opt-ins), ``keys``, ``sessions`` (and names), ``bootstrap``,
 ``mcp_sessions`` (the MCP door's session ids), ``notes`` (leaving
-notes, locking threads) and ``delivery`` (claiming them).
+notes, locking threads), ``delivery`` (claiming them, and waiting for one's
+sent notes to be picked up) and ``bounces`` (those nobody picked up).
 """
 
 from mailbox.services.audit import audit_record
 from mailbox.services.bootstrap import Bootstrapped, site_bootstrap
-from mailbox.services.delivery import notes_claim, notes_wait
+from mailbox.services.bounces import notes_bounce
+from mailbox.services.delivery import notes_claim, notes_sent_wait, notes_wait
 from mailbox.services.identity import (
     optin_grant,
     optin_revoke,
@@ -46,7 +48,9 @@ __all__ = [
     "name_reserve",
     "names_free",
     "note_leave",
+    "notes_bounce",
     "notes_claim",
+    "notes_sent_wait",
     "notes_wait",
     "optin_grant",
     "optin_revoke",

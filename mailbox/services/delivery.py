@@ -1,5 +1,6 @@
 """Delivering notes exactly once (SPEC §3.4): the claim. What waits for a session is
-``selectors.pending_branches``."""
+``selectors.pending_branches``. Waiting for one's sent notes to be picked up
+(SPEC §3.6) is here too; bouncing them is in ``bounces``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import secrets
 from django.db import transaction
 from django.utils import timezone
 
-from common import metrics
+from common import limits, metrics, wake
 from common.pause import pause_point
 from common.prepared import Prepared, PreparedObjects, PreparedUpdate
 from mailbox import wakeups
@@ -17,7 +18,12 @@ from mailbox.models import (
     Participant,
     Session,
 )
-from mailbox.selectors import pending_branches
+from mailbox.selectors import (
+    notes_sent_for_session,
+    notes_settled,
+    notes_waiting_ids,
+    pending_branches,
+)
 
 # Notes handed out by one response at most; the rest follow on the next call.
 MAX_CLAIM = 500
@@ -40,12 +46,21 @@ _stamp_claim = PreparedUpdate(
     Note, ["delivered_to", "delivered_at", "claim"], where='"delivered_at" IS NULL'
 )
 # A delivered note with everything its JSON shows: the thread, the sender
-# with its workspace and project, and the addressee (a name, or a workspace).
+# with its workspace and project, and the addressee (a name, or a workspace);
+# the receiving session is the claimer. Read back, each note also tells its
+# sender's waiting list_sent_notes calls, on every host (wake.NotifyEach: on
+# PostgreSQL in this very query, so the claim runs no statement for it).
 _claimed = PreparedObjects(
-    lambda claim: Note.objects.filter(claim=claim).order_by("id"),
+    lambda claim: (
+        Note.objects.filter(claim=claim)
+        .annotate(told_sender=wake.NotifyEach(wakeups.SENT_PREFIX, "sender_name_id"))
+        .order_by("id")
+    ),
     params=["claim"],
     related=["conversation", "sender_name__workspace__project", "recipient", "next_workspace"],
+    annotations=["told_sender"],
 )
+_delivered_to = Note._meta.get_field("delivered_to")
 
 
 def notes_claim(session: Session) -> list[Note]:
@@ -85,10 +100,16 @@ def notes_claim(session: Session) -> list[Note]:
     )
     if not claimed:
         return []
+    pause_point("claim.stamped")
     # Counted once the claim is committed: a caller's transaction that rolls
     # back leaves the notes pending, and uncounted.
     transaction.on_commit(lambda: metrics.NOTES_DELIVERED.inc(claimed))
     notes = [found[""] for found in _claimed.all(claim=claim)]
+    for note in notes:
+        _delivered_to.set_cached_value(note, session)
+    wake.published_by_query(
+        wakeups.sent_topic(n.sender_name_id) for n in notes if n.sender_name_id is not None
+    )
     # Whoever receives a "next" note joins its thread, so that it can reply.
     next_conversations = {n.conversation_id for n in notes if n.next_workspace_id}
     if next_conversations:
@@ -121,4 +142,48 @@ def notes_unbind(session_ids: list[int]) -> None:
     """Bound notes of ended sessions fall back to their name: none is stranded."""
     Note.objects.filter(bound_session_id__in=session_ids, delivered_at__isnull=True).update(
         bound_session=None
+    )
+
+
+# How many of a name's waiting notes a waiting list_sent_notes call watches:
+# the newest, which are the ones an agent waits on.
+SENT_WATCHED = 1000
+
+
+def notes_sent_wait(
+    session: Session,
+    *,
+    state: str | None = None,
+    after_id: str | None = None,
+    limit: int = limits.PAGE_DEFAULT,
+    wait: float = 0,
+) -> tuple[list[Note], bool]:
+    """A page of the notes sent by the caller's name (``selectors.notes_sent_for_session``),
+    once one of its waiting notes is delivered or bounced, or ``wait`` seconds pass.
+
+    Without ``wait``, or with nothing of the name's waiting, it answers at
+    once. Otherwise it waits by the one rule of ``mailbox/wakeups.py``, woken
+    by the claims and bounces of the name's notes (``wakeups.sent_topic``),
+    and answers as soon as a note that was waiting when the call began no
+    longer is. Raises ``note_not_found`` for an ``after_id`` not of the name's.
+    """
+
+    def page() -> tuple[list[Note], bool]:
+        return notes_sent_for_session(session, state=state, after_id=after_id, limit=limit)
+
+    if wait <= 0:
+        return page()
+
+    def check(waiting: list[int]) -> tuple[list[Note], bool] | None:
+        if not waiting or notes_settled(waiting):
+            return page()
+        return None
+
+    return wakeups.wait_for(
+        session,
+        check,
+        seconds=wait,
+        idle=page,
+        topics=[wakeups.sent_topic(session.name_id)],
+        since=lambda: notes_waiting_ids(session.name_id, limit=SENT_WATCHED),
     )

@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from common import limits
 from common.errors import ValidationFailed
 from mailbox.errors import AlreadyExists, OptInNotFound
-from mailbox.models import CrossProjectOptIn, Project, Workspace
+from mailbox.models import NOTE_TTL_DEFAULT, CrossProjectOptIn, Project, Workspace
 from mailbox.services.audit import audit_record
 from mailbox.signals import optin_revoked
 
@@ -38,11 +38,13 @@ def project_create(
     max_exchanges: int = 20,
     mailbox_enabled: bool = True,
     accept_all_projects: bool = False,
+    note_ttl: int = NOTE_TTL_DEFAULT,
 ) -> Project:
     """Create a project. Raises ``validation_error`` or ``already_exists``."""
     slug_check(slug)
     text_check(name, field="name", limit=limits.PROJECT_NAME_MAX)
     _check_max_exchanges(max_exchanges)
+    _check_note_ttl(note_ttl)
     try:
         # The savepoint keeps a caller's outer transaction usable after a clash.
         with transaction.atomic():
@@ -52,6 +54,7 @@ def project_create(
                 max_exchanges=max_exchanges,
                 mailbox_enabled=mailbox_enabled,
                 accept_all_projects=accept_all_projects,
+                note_ttl=note_ttl,
             )
     except IntegrityError:
         raise AlreadyExists(f"Project {slug!r} already exists.") from None
@@ -63,6 +66,7 @@ _PROJECT_SETTING_ACTIONS = {
     "mailbox_enabled": "project.mailbox",
     "max_exchanges": "project.max_exchanges",
     "accept_all_projects": "project.accept_all_projects",
+    "note_ttl": "project.note_ttl",
 }
 
 
@@ -74,15 +78,17 @@ def project_update(
     max_exchanges: int | None = None,
     mailbox_enabled: bool | None = None,
     accept_all_projects: bool | None = None,
+    note_ttl: int | None = None,
 ) -> Project:
-    """Change a project's name or collab settings; raises ``validation_error``.
+    """Change a project's name, collab settings or note TTL; raises ``validation_error``.
 
     ``accept_all_projects`` is an opt-in to every project and the mailbox
     switch decides whether the project's sessions may talk at all, so each
     setting that changes leaves one audit record (``old → new``, by ``actor``)
     in the transaction that changes it (SPEC §5); a setting given its current
     value changes and records nothing. Conversations keep the cap they were
-    created with.
+    created with; a new ``note_ttl`` applies to every waiting note of the
+    project's agents from the next bounce run on.
 
     The old values come from the row, locked, not from ``project``: the admin
     passes an instance its form has already changed, and two updates racing
@@ -100,6 +106,9 @@ def project_update(
         wanted["mailbox_enabled"] = bool(mailbox_enabled)
     if accept_all_projects is not None:
         wanted["accept_all_projects"] = bool(accept_all_projects)
+    if note_ttl is not None:
+        _check_note_ttl(note_ttl)
+        wanted["note_ttl"] = note_ttl
     with transaction.atomic():
         # The row lock (on SQLite, the IMMEDIATE transaction's write lock) orders
         # racing updates: each reads the value the previous one committed.
@@ -146,6 +155,19 @@ def _check_max_exchanges(value: int) -> None:
             "max_exchanges",
             f"Must be from 1 to {MAX_EXCHANGES_LIMIT}.",
             f"max_exchanges must be a whole number from 1 to {MAX_EXCHANGES_LIMIT}.",
+        )
+
+
+# Ten years: a longer TTL is no TTL, and the arithmetic stays far from overflow.
+NOTE_TTL_LIMIT = 10 * 365 * 24 * 3600
+
+
+def _check_note_ttl(value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= NOTE_TTL_LIMIT:
+        raise ValidationFailed.field(
+            "note_ttl",
+            f"Must be from 1 to {NOTE_TTL_LIMIT} seconds.",
+            f"note_ttl must be a whole number of seconds from 1 to {NOTE_TTL_LIMIT}.",
         )
 
 

@@ -122,7 +122,11 @@ def _replay(
 ) -> NoteLeft | None:
     original = (
         Note.objects.select_related(
-            "conversation", "recipient", "sender_name__workspace__project", "next_workspace"
+            "conversation",
+            "recipient",
+            "sender_name__workspace__project",
+            "next_workspace",
+            "delivered_to__name",
         )
         .filter(sender_name_id=session.name_id, idempotency_key=key)
         .first()
@@ -174,6 +178,7 @@ def _store(
             conversation = Conversation(
                 cap=_cap_for(sender_project, addressee),
                 notes_count=1,
+                last_position=1,
                 created_at=now,
                 last_note_at=now,
             )
@@ -199,7 +204,7 @@ def _store(
             bound_id = _connected_session_id(addressee.name.pk, now, cursor)
             delivery = Note.Delivery.SESSION if bound_id is not None else Note.Delivery.NAME
 
-        position = 1 if new_thread else conversation.notes_count + 1
+        position = 1 if new_thread else conversation.last_position + 1
         note = Note(
             conversation=conversation,
             position=position,
@@ -232,9 +237,10 @@ def _store(
             _insert_participant.insert_many(participants, cursor=cursor)
         else:
             Conversation.objects.filter(pk=conversation.pk).update(
-                notes_count=F("notes_count") + 1, last_note_at=now
+                notes_count=F("notes_count") + 1, last_position=position, last_note_at=now
             )
-            conversation.notes_count = position
+            conversation.notes_count += 1
+            conversation.last_position = position
             conversation.last_note_at = now
             _add_participant(conversation, session.name, wrote=True)
             if addressee.name is not None:

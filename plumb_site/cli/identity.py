@@ -36,7 +36,8 @@ def project_summary(project: Project) -> str:
     return (
         f"name {project.name!r}, mailbox {on_off_text(project.mailbox_enabled)}, "
         f"max_exchanges {project.max_exchanges}, "
-        f"accept_all_projects {on_off_text(project.accept_all_projects)}"
+        f"accept_all_projects {on_off_text(project.accept_all_projects)}, "
+        f"note_ttl {project.note_ttl}"
     )
 
 
@@ -83,6 +84,13 @@ def _add_project_options(parser: CommandParser) -> None:
         metavar="{on,off}",
         help="Accept notes and room joins from every project, without opt-ins.",
     )
+    parser.add_argument(
+        "--note-ttl",
+        type=whole_number,
+        metavar="SECONDS",
+        help="Seconds a note of the project's agents may wait to be picked up before it "
+        "bounces (at least 1; default 604800, 7 days).",
+    )
 
 
 def _project_changes(options: dict[str, Any]) -> dict[str, Any]:
@@ -91,6 +99,7 @@ def _project_changes(options: dict[str, Any]) -> dict[str, Any]:
         "max_exchanges": options["max_exchanges"],
         "mailbox_enabled": options["mailbox"],
         "accept_all_projects": options["accept_all_projects"],
+        "note_ttl": options["note_ttl"],
     }
     return {field: value for field, value in given.items() if value is not None}
 
@@ -117,11 +126,13 @@ def project_list(out: Console, options: dict[str, Any]) -> None:
             on_off_text(p.mailbox_enabled),
             str(p.max_exchanges),
             on_off_text(p.accept_all_projects),
+            str(p.note_ttl),
             one_line(p.name),
         ]
         for p in selectors.project_list()
     )
-    for line in table(["SLUG", "MAILBOX", "MAX_EXCHANGES", "ACCEPT_ALL", "NAME"], rows):
+    headers = ["SLUG", "MAILBOX", "MAX_EXCHANGES", "ACCEPT_ALL", "NOTE_TTL", "NAME"]
+    for line in table(headers, rows):
         out.say(line)
 
 

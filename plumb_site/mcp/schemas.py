@@ -7,7 +7,7 @@ validates against this schema and the server never disagree.
 
 The whole ``tools/list`` result is read by every agent on every start, so the
 descriptions say what an agent needs to act correctly and nothing more
-(``tests/mcp/test_tool_list.py`` keeps its size under 3,000 tokens).
+(``tests/mcp/test_tool_list.py`` keeps its size under 3,500 tokens).
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ _PATTERN_MESSAGES = {
 # Event kinds and review verdicts (rooms.models.Event); a test keeps them in step.
 EVENT_KINDS = ["message", "join", "leave", "review", "moderation"]
 VERDICTS = ["approve", "request_changes", "comment"]
+# Note states (mailbox.models.Note.State); the same test keeps them in step.
+NOTE_STATES = ["waiting", "delivered", "bounced"]
 
 
 def _prop(kind: str | list[str], description: str | None = None, **rules: Any) -> dict:
@@ -283,6 +285,26 @@ TOOLS: list[dict[str, Any]] = [
         "messages or reviews from others follow your read_seq (unseen counts the messages); "
         "read those with read_messages. A newer waiting call of yours ends an older one.",
         {"wait": _number(room_io.ActivityInput, "wait", "Seconds to wait.")},
+    ),
+    _tool(
+        "list_sent_notes",
+        "Notes you sent, newest first, each with its state: waiting (not picked up yet), "
+        "delivered (delivered_to has it since delivered_at) or bounced (nobody picked it up "
+        "within your project's note_ttl: it never will be, and plumb told you in its thread). "
+        "With wait, returns once one of your waiting notes is delivered or bounced: block on "
+        "a question until it is picked up. Page with after_id while has_more.",
+        {
+            "state": _prop("string", enum=NOTE_STATES),
+            "after_id": _prop(
+                "string",
+                "Last note id of the previous page.",
+                minLength=1,
+                maxLength=limits.PUBLIC_ID_MAX,
+            ),
+            "limit": _number(mailbox_io.NotesSentInput, "limit"),
+            "wait": _number(mailbox_io.NotesSentInput, "wait", "Seconds to wait."),
+        },
+        read_only=True,
     ),
 ]
 

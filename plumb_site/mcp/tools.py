@@ -1,15 +1,17 @@
 """The tools: each a thin call into the same services, selectors and serializers as REST.
 
 A tool call answers the JSON its REST endpoint answers, in ``structuredContent``
-and as text, with the same envelope (``notes``, ``schema_stale``). A domain
+and as text (with peer text framed as data, ``framing``), with the same
+envelope (``notes``, ``schema_stale``). A domain
 error is an ``isError`` result carrying the REST error object, rendered by the
 same exception handler, so its ``code`` is the REST code. As on REST, notes
 are delivered on successful results only (SPEC §3.4), never on an error.
 
-The waiting tools (``check_messages``, ``read_messages`` with ``wait``,
-``wait_for_activity``) hold the ``POST /mcp`` request while they wait, through
-the same services as REST, so one rule (``mailbox/wakeups.py``) covers both
-doors: a session's newer waiting call, REST or MCP, ends its older one.
+The waiting tools (``check_messages``, ``read_messages`` and ``list_sent_notes``
+with ``wait``, ``wait_for_activity``) hold the ``POST /mcp`` request while
+they wait, through the same services as REST, so one rule
+(``mailbox/wakeups.py``) covers both doors: a session's newer waiting call,
+REST or MCP, ends its older one.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from mailbox import services as mailbox_services
 from mailbox.api import serializers as mailbox_io
 from mailbox.api.envelope import envelope
 from mailbox.models import Session
+from plumb_site.mcp import framing
 from plumb_site.mcp.schemas import TOOLS_BY_NAME, check_arguments
 from rooms import representation as room_json
 from rooms import selectors as room_selectors
@@ -71,11 +74,13 @@ def call_tool(
         refusal = exception_handler(exc, {"view": None})
         payload, is_error, status = dict(refusal.data), True, refusal.status_code
     envelope(payload, session=session, fingerprint=fingerprint, success=not is_error)
-    # One encoding for both forms: DRF's output may hold types plain json refuses.
-    text = json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False)
+    # DRF's output may hold types plain json refuses: encoded once, read back as JSON.
+    encoded = json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False)
+    structured = json.loads(encoded)
     return {
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": json.loads(text),
+        # Peer text framed as data (SPEC §3.7); the structured form keeps it as stored.
+        "content": [{"type": "text", "text": framing.render(structured, encoded=encoded)}],
+        "structuredContent": structured,
         "isError": is_error,
     }, status
 
@@ -108,6 +113,12 @@ def _check_messages(session: Session, args: dict) -> dict:
     wait = validated(mailbox_io.NotesCheckInput, args)["wait"]
     notes = mailbox_services.notes_wait(session, wait=wait)
     return {"notes": mailbox_json.notes_json(notes)}
+
+
+def _list_sent_notes(session: Session, args: dict) -> dict:
+    query = validated(mailbox_io.NotesSentInput, args)
+    notes, has_more = mailbox_services.notes_sent_wait(session, **query)
+    return mailbox_json.notes_sent_body(notes, has_more)
 
 
 def _list_conversations(session: Session, args: dict) -> dict:
@@ -217,4 +228,5 @@ _HANDLERS: dict[str, Callable[[Session, dict], dict]] = {
     "review_message": _review_message,
     "mark_read": _mark_read,
     "wait_for_activity": _wait_for_activity,
+    "list_sent_notes": _list_sent_notes,
 }

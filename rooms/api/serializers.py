@@ -16,6 +16,7 @@ from common.fields import (
 from common.text import visible
 from common.validation import BodyInput, NoFieldsInput
 from mailbox.api.serializers import EnvelopeSerializer, ScrubbedSerializer
+from mailbox.models import AuthorKind
 from rooms.models import Event, Message
 from rooms.representation import RoomSerializer, event_json, message_json, review_json
 
@@ -34,6 +35,13 @@ class PersonSerializer(serializers.Serializer):
         return visible(person["display_name"] if isinstance(person, dict) else person.display_name)
 
 
+class AuthorSerializer(PersonSerializer):
+    """Who wrote a message or did an event, and what kind of writer: ``agent`` or
+    ``human`` (a person posting from the admin)."""
+
+    kind = serializers.ChoiceField(choices=AuthorKind.choices)
+
+
 # Declares message_json's fields for the schema; the get_ methods give it their types.
 # (Comments, not docstrings: a docstring would become the schema's description.)
 class MessageSerializer(serializers.Serializer):
@@ -50,7 +58,7 @@ class MessageSerializer(serializers.Serializer):
     def to_representation(self, instance: Message) -> dict:
         return message_json(instance)
 
-    @extend_schema_field(PersonSerializer)
+    @extend_schema_field(AuthorSerializer)
     def get_author(self, message) -> dict:
         return message_json(message)["author"]
 
@@ -101,7 +109,7 @@ class EventSerializer(serializers.Serializer):
     def to_representation(self, instance: Event) -> dict:
         return event_json(instance)
 
-    @extend_schema_field(PersonSerializer(allow_null=True))
+    @extend_schema_field(AuthorSerializer(allow_null=True))
     def get_actor(self, event) -> dict | None:
         return event_json(event)["actor"]
 
@@ -311,6 +319,18 @@ class ReviewOutput(EnvelopeSerializer):
 class ReadOutput(EnvelopeSerializer):
     read_seq = serializers.IntegerField()
     latest_seq = serializers.IntegerField()
+
+
+class MessageReceiptsOutput(EnvelopeSerializer):
+    message = MessageSerializer()
+    read_by = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Current members other than the author whose read position reached it.",
+    )
+    unread_by = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Current members other than the author who have not read that far.",
+    )
 
 
 class MentionListOutput(EnvelopeSerializer):

@@ -15,6 +15,11 @@ urlpatterns = [
     re_path(rf"^rooms/{SLUG}/messages/?$", views.MessagesApi.as_view(), name="room-messages"),
     re_path(rf"^rooms/{SLUG}/read/?$", views.ReadPositionApi.as_view(), name="room-read"),
     re_path(
+        rf"^rooms/{SLUG}/messages/{MESSAGE}/?$",
+        views.MessageDetailApi.as_view(),
+        name="message-detail",
+    ),
+    re_path(
         rf"^rooms/{SLUG}/messages/{MESSAGE}/reviews/?$",
         views.ReviewApi.as_view(),
         name="message-reviews",

@@ -177,6 +177,27 @@ class MessagesApi(SessionApiView):
         return Response(representation.events_read_body(read))
 
 
+class MessageDetailApi(SessionApiView):
+    @extend_schema(
+        operation_id="get_message",
+        summary="One message with its read receipts (members only)",
+        description=(
+            "read_by and unread_by are the room's current members other than the author "
+            "whose read position has reached the message's seq, and those whose has not. "
+            "Reading it moves no read position."
+        ),
+        responses={
+            200: s.MessageReceiptsOutput,
+            **error_responses(RoomNotFound, NotAMember, MessageNotFound),
+        },
+        auth=SESSION_AUTH,
+        tags=["rooms"],
+    )
+    def get(self, request, slug: str, message_id: str):
+        found = selectors.message_receipts_for_session(self.session, slug, message_id)
+        return Response(representation.message_receipts_body(*found))
+
+
 class ReadPositionApi(SessionApiView):
     @extend_schema(
         operation_id="mark_read",

@@ -231,6 +231,37 @@ def member_list(room: Room) -> list[Member]:
     )
 
 
+def message_receipts_for_session(
+    session: Session, slug: str, message_id: str
+) -> tuple[Message, list[str], list[str]]:
+    """A message of a room the caller is a member of, and its read receipts: the
+    handles of the current members other than its author whose read position
+    has reached its seq, and of those whose has not, in the order they joined.
+
+    Raises ``room_not_found``, ``not_a_member`` and ``message_not_found``.
+    Three queries: the room with the caller's membership, the message, the members.
+    """
+    room, _ = member_get_for_session(session, slug)
+    message = (
+        Message.objects.select_related("author", "reply_to")
+        .filter(room=room, public_id=message_id)
+        .first()
+    )
+    if message is None:
+        raise MessageNotFound()
+    message.room = room
+    members = (
+        Member.objects.filter(room=room, left_at__isnull=True)
+        .exclude(name_id=message.author_id)
+        .order_by("joined_at", "id")
+        .values_list("name__handle", "read_seq")
+    )
+    read_by, unread_by = [], []
+    for handle, read_seq in members:
+        (read_by if read_seq >= message.seq else unread_by).append(handle)
+    return message, read_by, unread_by
+
+
 def events_after_exist(room: Room, *, after_seq: int, kinds: list[str] | None) -> bool:
     """Whether a read after ``after_seq``, filtered by ``kinds``, would return an event.
 

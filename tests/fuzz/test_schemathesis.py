@@ -19,6 +19,7 @@ reaches real objects and not only 404s.
 
 import itertools
 import os
+import time
 from collections import Counter
 
 import hypothesis
@@ -105,6 +106,9 @@ class _JumpingClock:
 
     def monotonic(self) -> float:
         return float(next(self._ticks))
+
+    # Wall-clock time (the expiry of a waiting call's ticket) runs as it does.
+    time = staticmethod(time.time)
 
 
 @pytest.fixture

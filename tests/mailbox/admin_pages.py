@@ -46,6 +46,7 @@ def project_form_data(project: Project | None = None, **overrides: object) -> di
         "name": project.name if project else "",
         "max_exchanges": str(project.max_exchanges if project else 20),
         "mailbox_enabled": "on",
+        "note_ttl": str(project.note_ttl if project else 604800),
     }
     data.update(overrides)
     return {key: value for key, value in data.items() if value is not None}

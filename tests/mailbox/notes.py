@@ -20,6 +20,10 @@ NOTE_FIELDS = {
     "created_at",
     "position",
     "exchanges_left",
+    "state",
+    "delivered_at",
+    "delivered_to",
+    "bounce_of",
 }
 
 

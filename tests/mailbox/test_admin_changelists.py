@@ -121,7 +121,7 @@ def _bulk_identity(count: int) -> None:
         for i, n in enumerate(names)
     )
     conversations = Conversation.objects.bulk_create(
-        Conversation(cap=20, notes_count=1) for _ in range(count)
+        Conversation(cap=20, notes_count=1, last_position=1) for _ in range(count)
     )
     Participant.objects.bulk_create(
         Participant(conversation=c, name=n, has_written=True)

@@ -387,7 +387,7 @@ def pair(db, settings):
 
 def seed_delivered(sender, recipient, count: int) -> None:
     """``count`` notes to ``recipient``, already delivered."""
-    conversation = Conversation.objects.create(cap=count, notes_count=count)
+    conversation = Conversation.objects.create(cap=count, notes_count=count, last_position=count)
     now = timezone.now()
     Note.objects.bulk_create(
         Note(

@@ -48,7 +48,12 @@ def test_a_new_thread_defaults_to_next_and_the_reply_describes_the_note(alice, p
     assert set(note) >= NOTE_FIELDS
     assert note["id"].startswith("note_")
     assert note["conversation_id"] == body["conversation_id"]
-    assert note["from"] == {"name": "alice", "workspace": "main", "project": project.slug}
+    assert note["from"] == {
+        "name": "alice",
+        "workspace": "main",
+        "project": project.slug,
+        "kind": "agent",
+    }
     assert note["to"] == "next"
     assert note["body"] == "The build is green; deploy when ready."
     assert note["created_at"].endswith("Z")

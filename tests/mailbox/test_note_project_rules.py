@@ -50,7 +50,12 @@ def test_a_note_to_another_project_that_opted_in_to_the_sender_is_accepted(
     assert response.json()["delivery"] == "session"
     received = check(bert).json()["notes"]
     assert ids(received) == [response.json()["note"]["id"]]
-    assert received[0]["from"] == {"name": "alice", "workspace": "main", "project": project.slug}
+    assert received[0]["from"] == {
+        "name": "alice",
+        "workspace": "main",
+        "project": project.slug,
+        "kind": "agent",
+    }
 
 
 def test_a_note_to_a_project_that_accepts_all_projects_is_accepted(alice, bert, beta):

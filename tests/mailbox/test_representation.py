@@ -1,10 +1,13 @@
 """Notes are built as plain dicts (``mailbox.representation.note_json``): these
 tests hold each one to the fields ``NoteSerializer`` declares for the schema, in
 the same order, and to the bytes DRF's own field machinery renders for the
-same note: left by name and for "next", waiting and delivered, in a reply.
+same note: left by name and for "next", waiting, delivered and bounced, in a
+reply, and plumb's own notice of a bounce.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 from rest_framework import serializers
@@ -84,3 +87,30 @@ def test_a_thread_lists_its_notes_as_drf_renders_them(notes, alice):
     conversation = conversation_get_for_session(alice, notes[0].conversation.public_id)
     body = r.conversation_detail_body(conversation)
     assert body["conversation"]["notes"] == [drf(n) for n in notes[:2]]
+
+
+def test_bounced_notes_and_plumbs_notices_answer_what_drf_renders(alice, bob):
+    named = services.note_leave(alice, to="bob", body="anyone there?").note
+    services.notes_claim(bob)
+    reply = services.note_leave(bob, conversation_id=named.conversation.public_id, body="yes")
+    services.notes_bounce(now=reply.note.created_at + timedelta(days=8))
+    stored = list(
+        Note.objects.select_related(
+            "conversation",
+            "recipient",
+            "next_workspace",
+            "sender_name__workspace__project",
+            "delivered_to__name",
+        ).order_by("position")
+    )
+
+    assert [n.state for n in stored] == ["delivered", "bounced", "waiting"]
+    for note in stored:
+        out = r.note_json(note)
+        assert list(out) == list(NoteSerializer().fields)
+        assert rendered(out) == rendered(drf(note))
+    delivered, bounced, notice = (r.note_json(n) for n in stored)
+    assert delivered["delivered_to"] == {"name": "bob", "kind": "agent"}
+    assert (bounced["delivered_at"], bounced["delivered_to"]) == (None, None)
+    assert notice["from"] == {"name": "plumb", "workspace": None, "project": None, "kind": "system"}
+    assert notice["bounce_of"] == bounced["id"]

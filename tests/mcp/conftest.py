@@ -21,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from tests.factories import ProjectKeyFactory, WorkspaceFactory
+from tests.framing import says_the_same
 
 T = TypeVar("T")
 
@@ -41,6 +42,7 @@ BINDING_TOOL_NAMES = [
     "review_message",
     "mark_read",
     "wait_for_activity",
+    "list_sent_notes",
 ]
 """The tool names of SPEC §6, in the order tools/list publishes them."""
 
@@ -132,7 +134,7 @@ def error_payload(result: CallToolResult) -> dict[str, Any]:
 
 def _both(result: CallToolResult) -> dict[str, Any]:
     assert len(result.content) == 1
-    assert json.loads(result.content[0].text) == result.structured_content
+    assert says_the_same(result.content[0].text, result.structured_content)
     return result.structured_content
 
 

@@ -19,6 +19,7 @@ from plumb_site.mcp.protocol import SUPPORTED_VERSIONS
 from rooms.models import Member, Room
 from tests.conftest import client_for
 from tests.factories import SessionFactory, WorkspaceFactory
+from tests.framing import says_the_same
 from tests.mcp.conftest import BINDING_TOOL_NAMES
 
 pytestmark = pytest.mark.django_db
@@ -470,7 +471,7 @@ def test_the_rate_limit_applies_to_the_acting_session(headers, workspace, settin
 def tool_error(response) -> dict:
     result = response.json()["result"]
     assert result["isError"] is True
-    assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
+    assert says_the_same(result["content"][0]["text"], result["structuredContent"])
     return result["structuredContent"]["error"]
 
 

@@ -55,6 +55,18 @@ TOPICS = {
         "Read them, decide whether",
     ),
     "idempotency keys for retries": ("`idempotency_key`", "does not use up its key"),
+    "peer text in blocks, as data": (
+        "<plumb-message-",
+        "never as instructions from your",
+        "`structuredContent` keeps",
+    ),
+    "sent notes, their states and bounces": (
+        "`list_sent_notes`",
+        "`delivered_to`",
+        "`bounced`",
+        "`note_ttl`",
+        "`bounce_of`",
+    ),
     "mentions, backticks and checking the resolved mentions": (
         "put code that starts with `@`",
         "in backticks",

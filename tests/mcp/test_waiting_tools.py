@@ -18,6 +18,7 @@ from mailbox.models import Note
 from rooms import services
 from rooms.models import Member
 from tests.conftest import client_for
+from tests.framing import says_the_same
 
 pytestmark = pytest.mark.django_db
 
@@ -50,7 +51,7 @@ def call(session, name: str, arguments: dict) -> dict:
     )
     assert response.status_code == 200, response.content
     result = response.json()["result"]
-    assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
+    assert says_the_same(result["content"][0]["text"], result["structuredContent"])
     return result
 
 

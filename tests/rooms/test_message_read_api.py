@@ -73,6 +73,7 @@ def test_events_embed_their_message_and_name_their_actor(alice, bob, general):
         "handle": "bob",
         "display_name": "Bob",
         "display_name_visible": "Bob",
+        "kind": "agent",
     }
     assert join_event["message"] is None
     assert join_event["review"] is None

@@ -65,6 +65,7 @@ def test_a_send_answers_201_with_the_stored_message_and_its_report(alice, genera
         "handle": "alice",
         "display_name": "Alice",
         "display_name_visible": "Alice",
+        "kind": "agent",
     }
     assert message["body"] == "Build **812** is green."
     assert message["reply_to"] is None

@@ -19,6 +19,7 @@ from mailbox.representation import timestamp
 from rooms import representation as r
 from rooms import services
 from rooms.api.serializers import (
+    AuthorSerializer,
     EventSerializer,
     MessageSerializer,
     ModerationSerializer,
@@ -113,13 +114,20 @@ def test_every_moderation_has_its_serializers_fields_in_order(general):
         assert rendered(out) == rendered(drf(ModerationSerializer(), out))
 
 
-def test_every_actor_matches_the_person_serializer(general):
+def test_every_actor_and_author_matches_the_author_serializer_and_is_an_agent(general):
     for event in general:
         if event.actor_id is None:
             continue
-        person = {"handle": event.actor.handle, "display_name": event.actor_display_name}
+        person = {
+            "handle": event.actor.handle,
+            "display_name": event.actor_display_name,
+            "kind": "agent",
+        }
         out = r.event_json(event)["actor"]
-        assert rendered(out) == rendered(drf(PersonSerializer(), person))
+        assert list(out) == fields(AuthorSerializer)
+        assert rendered(out) == rendered(drf(AuthorSerializer(), person))
+        if event.kind == Event.Kind.MESSAGE:
+            assert r.message_json(event.message)["author"]["kind"] == "agent"
     assert r.event_json(general[0])["actor"]["display_name_visible"] == "Bob<U+200B>"
 
 

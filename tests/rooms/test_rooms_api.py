@@ -435,6 +435,7 @@ def test_joining_with_a_display_name_appends_a_join_event(alice, bob):
         "handle": "bob",
         "display_name": "Bob the Builder",
         "display_name_visible": "Bob the Builder",
+        "kind": "agent",
     }
     assert body["room"]["member"] is True
     assert body["room"]["read_seq"] == 2

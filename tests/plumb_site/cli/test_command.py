@@ -244,16 +244,16 @@ def test_project_list_shows_every_project_with_its_settings_in_slug_order():
     ProjectFactory(slug="alpha", name="Alpha", accept_all_projects=True)
     out, _ = plumb("project", "list")
     header, *rows = out.splitlines()
-    assert header.split() == ["SLUG", "MAILBOX", "MAX_EXCHANGES", "ACCEPT_ALL", "NAME"]
+    assert header.split() == ["SLUG", "MAILBOX", "MAX_EXCHANGES", "ACCEPT_ALL", "NOTE_TTL", "NAME"]
     assert [row.split() for row in rows] == [
-        ["alpha", "on", "20", "on", "Alpha"],
-        ["zeta", "off", "3", "off", "Zeta", "squad"],
+        ["alpha", "on", "20", "on", "604800", "Alpha"],
+        ["zeta", "off", "3", "off", "604800", "Zeta", "squad"],
     ]
 
 
 def test_project_list_of_an_empty_server_is_just_the_header():
     out, _ = plumb("project", "list")
-    assert out.splitlines() == ["SLUG  MAILBOX  MAX_EXCHANGES  ACCEPT_ALL  NAME"]
+    assert out.splitlines() == ["SLUG  MAILBOX  MAX_EXCHANGES  ACCEPT_ALL  NOTE_TTL  NAME"]
 
 
 # --- workspace create --------------------------------------------------------------------

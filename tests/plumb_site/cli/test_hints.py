@@ -138,6 +138,7 @@ def test_the_wrapper_runs_from_any_directory_of_the_checkout(env):
             "MAILBOX",
             "MAX_EXCHANGES",
             "ACCEPT_ALL",
+            "NOTE_TTL",
             "NAME",
         ]
 

@@ -10,6 +10,7 @@ characters written out.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -225,6 +226,21 @@ def test_note_list_narrows_to_a_state(notes, state, expected):
     assert {row[6] for row in listing[1:]} == {state}
 
 
+def test_note_list_shows_a_bounced_note_as_bounced_never_delivered(notes, alice):
+    # A week and a day on: the two notes still waiting bounce (their plumb notices wait).
+    assert mailbox_services.notes_bounce(now=notes["to_next"].created_at + timedelta(days=8)) == 2
+
+    listing = listed("note", "list", "--state", "bounced", queries=1)
+
+    assert [row[1] for row in listing[1:]] == [
+        notes["from_far"].public_id,
+        notes["to_next"].public_id,
+    ]
+    assert {row[6] for row in listing[1:]} == {"bounced"}
+    delivered = listed("note", "list", "--state", "delivered", queries=1)
+    assert [row[1] for row in delivered[1:]] == [notes["to_bob"].public_id]
+
+
 def test_note_list_of_a_project_has_the_notes_its_agents_sent_and_were_sent(notes, far):
     listing = listed("note", "list", "far", queries=2)
     assert [row[1] for row in listing[1:]] == [notes["from_far"].public_id]
@@ -252,7 +268,7 @@ def test_a_conversation_id_from_note_list_is_what_conversation_lock_takes(notes)
     assert Conversation.objects.get(public_id=conversation_id).locked_at is not None
 
 
-@pytest.mark.parametrize("state", ["bounced", "pending", "WAITING"])
+@pytest.mark.parametrize("state", ["pending", "WAITING", "undelivered"])
 def test_an_unknown_note_state_is_a_usage_error(db, state):
     error = plumb_fails("note", "list", "--state", state)
     assert f"argument --state: invalid choice: '{state}'" in str(error)
