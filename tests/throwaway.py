@@ -38,6 +38,11 @@ def around_script(script: str, variable: str) -> Iterator[str]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        # A session of its own: if the holder is not told to stop by its input
+        # closing (some other process of this run still holds the pipe), the
+        # whole session is signalled, the holder dies, and the script's trap
+        # stops its server (bash runs a trap only once its foreground child ends).
+        start_new_session=True,
     )
     try:
         with selectors.DefaultSelector() as selector:
@@ -53,8 +58,12 @@ def around_script(script: str, variable: str) -> Iterator[str]:
         try:
             process.wait(timeout=STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGTERM)  # the script's trap still cleans up
-            process.wait(timeout=STOP_TIMEOUT)
+            os.killpg(process.pid, signal.SIGTERM)  # the script's trap still cleans up
+            try:
+                process.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=STOP_TIMEOUT)
         process.stdout.close()
 
 
