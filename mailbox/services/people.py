@@ -32,6 +32,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from common import limits
+from common.pause import pause_point
 from mailbox import credentials
 from mailbox.errors import AlreadyExists, NameTaken
 from mailbox.models import AgentName, AuthorKind, Person, Project, Session, Workspace
@@ -103,6 +104,7 @@ def _claim(user: AbstractBaseUser, handle: str, *, actor: str) -> Person:
         _session_create(name, now=now)
         person = Person.objects.create(user=user, name=name, created_at=now)
         audit_record(actor=actor, action="person.handle", target=f"name {handle}")
+        pause_point("person.claimed")
     return person
 
 
