@@ -15,6 +15,7 @@ from mailbox.errors import (
     ConversationExhausted,
     CrossProjectRefused,
     InvalidName,
+    MailboxDisabled,
     NameTaken,
     WorkspaceNotFound,
 )
@@ -236,3 +237,14 @@ def test_a_persons_answer_obeys_the_thread_cap(ada, alice):
     note_leave(ada.session, body="One.", conversation_id=asked["conversation_id"])
     with pytest.raises(ConversationExhausted):
         note_leave(ada.session, body="Two.", conversation_id=asked["conversation_id"])
+
+
+def test_the_peoples_mailbox_switch_stops_notes_to_and_from_people(ada, alice):
+    asked = note_to(alice, "ada")
+    home = ada.name.workspace.project
+    services.project_update(home, actor="admin:ops", mailbox_enabled=False)
+    ada.session.workspace.project.refresh_from_db()
+    with pytest.raises(MailboxDisabled):
+        note_leave(ada.session, body="Yes.", conversation_id=asked["conversation_id"])
+    refused = client_for(alice).post("/api/v1/notes/", {"to": "ada", "body": "?"}, format="json")
+    assert_error(refused, 403, "mailbox_disabled")
