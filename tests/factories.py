@@ -2,8 +2,11 @@
 tests exercise the same hashing the server uses; the raw secret is kept on the
 instance as ``raw_key`` / ``raw_token`` for the test to use."""
 
+import importlib
+
 import factory
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
 from django.utils import timezone
 
 from mailbox import selectors, services
@@ -121,3 +124,16 @@ class PersonFactory(factory.django.DjangoModelFactory):
         )
         person.session = selectors.person_session_for_user(user.pk)
         return person
+
+
+def participants_group() -> Group:
+    """The migration's ``participants`` group. A transactional test's flush empties
+    every table, so an earlier one may have removed it: made again from the
+    migration's own list."""
+    migration = importlib.import_module("rooms.migrations.0008_participants_group")
+    group, _ = Group.objects.get_or_create(name="participants")
+    for app_label, codenames in migration.PARTICIPANT_PERMISSIONS.items():
+        group.permissions.add(
+            *Permission.objects.filter(content_type__app_label=app_label, codename__in=codenames)
+        )
+    return group

@@ -25,6 +25,8 @@ from django.conf import settings
 from django.contrib.auth.models import Group, Permission
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from tests.factories import participants_group
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -138,17 +140,6 @@ def moderators_group() -> Group:
     gains = importlib.import_module("rooms.migrations.0008_participants_group").MODERATOR_GAINS
     group, _ = Group.objects.get_or_create(name="moderators")
     for app_label, codenames in [*migration.MODERATOR_PERMISSIONS.items(), *gains.items()]:
-        group.permissions.add(
-            *Permission.objects.filter(content_type__app_label=app_label, codename__in=codenames)
-        )
-    return group
-
-
-def participants_group() -> Group:
-    """The migration's ``participants`` group, recreated like ``moderators_group``."""
-    migration = importlib.import_module("rooms.migrations.0008_participants_group")
-    group, _ = Group.objects.get_or_create(name="participants")
-    for app_label, codenames in migration.PARTICIPANT_PERMISSIONS.items():
         group.permissions.add(
             *Permission.objects.filter(content_type__app_label=app_label, codename__in=codenames)
         )

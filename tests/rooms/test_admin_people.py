@@ -16,7 +16,7 @@ from mailbox.models import Person
 from rooms import services
 from rooms.models import Event, Member, Message, Room
 from tests.conftest import client_for
-from tests.factories import SessionFactory, UserFactory
+from tests.factories import SessionFactory, UserFactory, participants_group
 from tests.rooms.messaging import GITHUB_TOKEN, REDACTED
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +32,7 @@ CHANGELISTS = {
 
 def participant(django_user_model, username="ada", **fields):
     user = django_user_model.objects.create_user(username, password="pw", is_staff=True, **fields)
-    user.groups.add(Group.objects.get(name="participants"))
+    user.groups.add(participants_group())
     return user
 
 
