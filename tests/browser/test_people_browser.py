@@ -182,6 +182,7 @@ def test_a_participant_takes_part_from_the_admin(page: Page, agents, live_server
     shoot(page, "transcript")
     page.get_by_role("link", name="Inbox").first.click()
     expect(page.locator("#plumb-mentions")).to_contain_text("Thanks @ada, on it.")
+    shoot(page, "inbox-mentions")
     page.locator("#plumb-threads a", has_text="@zed").click()
     expect(unread(page)).to_be_hidden()  # nothing left: the note read, the mention shown
     assert Person.objects.get().name.handle == "ada"
