@@ -35,6 +35,13 @@ RESERVED_NAME_MESSAGE = (
     'and "plumb" signs plumb\'s own notes.'
 )
 
+# Where people's handles live (SPEC §1, Person; mailbox.services.people): a
+# project and workspace of their own. The project's slug fits no slug pattern,
+# so no operator can create, name or take it; no key is issued for it and no
+# agent starts a session in it.
+PEOPLE_PROJECT = "(people)"
+PEOPLE_WORKSPACE = "admin"
+
 # Public ids (ses_..., msg_...) as clients send them back.
 PUBLIC_ID_MAX = 64
 PUBLIC_ID_CHARS = rf"[A-Za-z0-9_-]{{1,{PUBLIC_ID_MAX}}}"

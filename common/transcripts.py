@@ -23,6 +23,11 @@ class Person:
     handle: str
     display_name: str = ""
     muted: bool = False
+    kind: str = "agent"  # or "human": a person taking part from the admin
+
+    @property
+    def is_human(self) -> bool:
+        return self.kind == "human"
 
     @property
     def display_name_visible(self) -> str:

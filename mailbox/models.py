@@ -33,7 +33,8 @@ NOTE_TTL_DEFAULT = 7 * 24 * 3600
 class AuthorKind(models.TextChoices):
     """Who wrote something an agent reads: the ``kind`` of every ``from`` and ``author``.
 
-    Every name is an agent's today; ``system`` is plumb itself (a bounce notice).
+    A name is an agent's or a person's (``AgentName.kind``); ``system`` is plumb
+    itself (a bounce notice), which holds no name.
     """
 
     AGENT = "agent"
@@ -162,6 +163,16 @@ class AgentName(models.Model):
         help_text="Generated and relied on by nobody yet: freed once its sessions are over "
         "if nothing refers to it.",
     )
+    # People and agents share one namespace of handles (SPEC §1, Person): a
+    # person's handle is a name of kind "human" in the people's home workspace
+    # (``mailbox.services.people``), so every rule and history row that
+    # refers to names works for them unchanged.
+    kind = models.CharField(
+        max_length=8,
+        choices=[(AuthorKind.AGENT, "agent"), (AuthorKind.HUMAN, "human")],
+        default=AuthorKind.AGENT,
+        editable=False,
+    )
 
     class Meta:
         ordering = ["handle"]
@@ -188,6 +199,8 @@ class Session(models.Model):
         ENDED = "ended", "ended by its agent or an operator"
         EXPIRED = "expired", "expired, replaced by a new session of its name"
         KEY_REVOKED = "key_revoked", "its project key was revoked"
+        # Never open: the admin acts as a person through it (mailbox.services.people).
+        PERSON = "person", "a person's, through which the admin acts for them"
 
     public_id = models.CharField(
         max_length=32, unique=True, default=session_public_id, editable=False
@@ -303,6 +316,34 @@ class McpSession(models.Model):
 
     def __str__(self) -> str:
         return self.public_id
+
+
+class Person(models.Model):
+    """A staff user who takes part (SPEC §1, §5.1): their handle, a name of kind ``human``.
+
+    The name outlives the user: deleting the account leaves the handle
+    bound to the person's history, as an agent's name is.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="plumb_person"
+    )
+    name = models.OneToOneField(
+        AgentName, on_delete=models.PROTECT, related_name="person", editable=False
+    )
+    # The newest mention of this person (a rooms.MessageMention id) the inbox
+    # has shown them: the ones above it count as unread.
+    mentions_seen = models.BigIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["name__handle"]
+        permissions = [
+            ("take_part", "Can post, review and answer notes from the admin"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name.handle
 
 
 # --- the mailbox ---------------------------------------------------------------------

@@ -24,7 +24,8 @@ def timestamp(value: datetime) -> str:
 
 class NoteSenderSerializer(serializers.Serializer):
     """Who wrote a note. plumb's own notes come from ``plumb``, kind ``system``,
-    with no workspace or project."""
+    and people's notes from their handle, kind ``human``: neither has a
+    workspace or project."""
 
     name = serializers.CharField()
     workspace = serializers.CharField(allow_null=True)
@@ -111,8 +112,23 @@ class SessionSerializer(serializers.Serializer):
 
 class ParticipantSerializer(serializers.Serializer):
     name = serializers.CharField(source="name.handle")
-    workspace = serializers.CharField(source="name.workspace.slug")
-    project = serializers.CharField(source="name.workspace.project.slug")
+    workspace = serializers.SerializerMethodField(help_text="null for a person.")
+    project = serializers.SerializerMethodField(help_text="null for a person.")
+    kind = serializers.ChoiceField(
+        source="name.kind",
+        choices=AuthorKind.choices,
+        help_text="agent, or human: a person taking part from the admin.",
+    )
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_workspace(self, participant) -> str | None:
+        name = participant.name
+        return None if name.kind == AuthorKind.HUMAN else name.workspace.slug
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_project(self, participant) -> str | None:
+        name = participant.name
+        return None if name.kind == AuthorKind.HUMAN else name.workspace.project.slug
 
 
 class ConversationSerializer(serializers.Serializer):
@@ -168,6 +184,14 @@ def sender_json(note) -> dict[str, Any]:
     sender = note.sender_name
     if sender is None:
         return {"name": SYSTEM_NAME, "workspace": None, "project": None, "kind": note.sender_kind}
+    if note.sender_kind == AuthorKind.HUMAN:
+        # A person belongs to no project: people are staff of the whole server.
+        return {
+            "name": sender.handle,
+            "workspace": None,
+            "project": None,
+            "kind": AuthorKind.HUMAN.value,
+        }
     workspace = sender.workspace
     return {
         "name": sender.handle,
@@ -182,8 +206,8 @@ def delivered_to_json(note) -> dict[str, Any] | None:
     receiving session is gone."""
     if note.delivered_to_id is None:
         return None
-    # Sessions are agents' connections: a person's would say "human".
-    return {"name": note.delivered_to.name.handle, "kind": AuthorKind.AGENT.value}
+    name = note.delivered_to.name
+    return {"name": name.handle, "kind": name.kind}
 
 
 def _delivered_at(note) -> str | None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db.models import (
+    Count,
     Exists,
+    F,
     OuterRef,
     Prefetch,
     Q,
@@ -543,3 +545,41 @@ def session_connected_of_name(project: Project, *, workspace: str, name: str) ->
         .filter(name__handle=name, workspace__slug=workspace, workspace__project_id=project.pk)
         .first()
     )
+
+
+# --- people (SPEC §5.1) -----------------------------------------------------------------
+
+
+def person_session_for_user(user_id: int) -> Session | None:
+    """The session the admin acts through for this user, with its name, the
+    person and the people's workspace and project; None before they have a
+    handle. One query."""
+    return (
+        Session.objects.filter(name__person__user_id=user_id, end_reason=Session.EndReason.PERSON)
+        .select_related("name__person", "workspace__project")
+        .order_by("-id")
+        .first()
+    )
+
+
+def notes_waiting_by_conversation(name_id: int, conversation_ids: list[int]) -> dict[int, int]:
+    """How many notes wait for a name in each of these threads, by thread id (one query)."""
+    rows = (
+        Note.objects.filter(
+            conversation_id__in=conversation_ids,
+            recipient_id=name_id,
+            delivered_at__isnull=True,
+        )
+        .order_by()
+        .values_list("conversation_id")
+        .annotate(count=Count("pk"))
+    )
+    return dict(rows)
+
+
+def notes_last_by_conversation(conversation_ids: list[int]) -> dict[int, Note]:
+    """The last note of each of these threads, with its sender, by thread id (one query)."""
+    notes = Note.objects.filter(
+        conversation_id__in=conversation_ids, position=F("conversation__last_position")
+    ).select_related("sender_name")
+    return {note.conversation_id: note for note in notes}

@@ -16,7 +16,10 @@ def _note_entry(note: Note) -> Entry:
         kind="note",
         created_at=note.created_at,
         # plumb's own notes (bounce notices) have no sender name.
-        actor=Person(sender.handle if sender is not None else f"{SYSTEM_NAME} (system)"),
+        actor=Person(
+            sender.handle if sender is not None else f"{SYSTEM_NAME} (system)",
+            kind=note.sender_kind,
+        ),
         body=render_markdown(note.body),
         public_id=note.public_id,
         recipient=(

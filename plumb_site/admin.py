@@ -13,6 +13,11 @@ chart (drawn on the server: no script, no file to fetch) and links only
 where the user may follow them. Moderators see every figure, but no link to
 projects or sessions, which they may not open.
 
+People who take part (SPEC §5.1) have pages of their own here, under
+``people/`` (their inbox, a thread, their handle, a page's refresh), and
+every page's context carries their inbox link and unread count
+(``plumb_inbox``, one query); the views are in ``rooms.admin.people``.
+
 The login is Django's, with failed sign-ins counted per client address like
 the API's failed credentials (``PLUMB_RATE_AUTH_FAIL``, see
 ``mailbox.throttles.AuthFailureThrottle``): past the rate the page
@@ -22,6 +27,7 @@ before any password is checked.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -32,7 +38,7 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import path, reverse
 from rest_framework.exceptions import Throttled
 
 from common.errors import retry_after
@@ -111,6 +117,26 @@ class PlumbAdminSite(admin.AdminSite):
             response.status_code = 429
             response["Retry-After"] = str(retry_after(refusal.wait))
         return response
+
+    def each_context(self, request: HttpRequest) -> dict[str, Any]:
+        # Imported here: importing rooms.admin registers its models on this site.
+        from rooms.admin import people
+
+        return {**super().each_context(request), "plumb_inbox": people.header(request)}
+
+    def get_urls(self) -> list:
+        from rooms.admin import people
+
+        pages = [
+            ("people/inbox/", people.inbox_view, "people_inbox"),
+            ("people/threads/<str:conversation_id>/", people.thread_view, "people_thread"),
+            ("people/handle/", people.handle_view, "people_handle"),
+            ("people/pulse/", people.pulse_view, "people_pulse"),
+        ]
+        return [
+            path(route, self.admin_view(functools.partial(view, site=self)), name=name)
+            for route, view, name in pages
+        ] + super().get_urls()
 
     def index(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

@@ -58,6 +58,11 @@ class MessageIdempotencyKeyReused(IdempotencyKeyReused):
     data_fields = ("message_id",)
 
 
+class ReviewIdempotencyKeyReused(IdempotencyKeyReused):
+    message = "This idempotency key was already used for a different review in this room."
+    data_fields = ("seq",)
+
+
 class UnreadMessages(Conflict):
     """Carries the unseen events; they are rendered like read_messages renders them."""
 

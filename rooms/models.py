@@ -122,6 +122,12 @@ class Event(models.Model):
     # Moderation details: {"action", "reason", "member"?}; never the operator,
     # whom only the audit trail names.
     data = models.JSONField(default=dict, blank=True)
+    # A review's, when its caller gave one (the admin's review forms do, so a
+    # form sent twice reviews once). NULL, not "": the unique constraint
+    # applies to keyed reviews only.
+    idempotency_key = models.CharField(  # noqa: DJ001
+        max_length=limits.IDEMPOTENCY_KEY_MAX, null=True, blank=True, editable=False
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -129,6 +135,11 @@ class Event(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["room", "seq"], name="event_unique_seq"),
             models.CheckConstraint(condition=Q(seq__gte=1), name="event_seq_positive"),
+            models.UniqueConstraint(
+                fields=["room", "actor", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="event_unique_idempotency_key",
+            ),
         ]
 
     def __str__(self) -> str:

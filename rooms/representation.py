@@ -10,13 +10,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from common.text import visible
-from mailbox.models import AuthorKind
 from mailbox.representation import notes_json, timestamp
 from rooms.models import Event, Message
-
-# Who posts in rooms: agents, by their names (people posting from the admin
-# will be "human"); a moderation by an operator has no actor.
-_AGENT = AuthorKind.AGENT.value
 
 # --- representations -------------------------------------------------------------
 # Messages and events are built as plain dicts: DRF's per-field machinery (and a
@@ -33,9 +28,11 @@ def person_json(handle: str, display_name: str) -> dict:
     }
 
 
-def author_json(handle: str, display_name: str) -> dict:
-    """A message's author or an event's actor: a person, and what kind of writer."""
-    return {**person_json(handle, display_name), "kind": _AGENT}
+def author_json(handle: str, display_name: str, kind: str) -> dict:
+    """A message's author or an event's actor, and what kind of writer: ``agent``, or
+    ``human`` for a person posting from the admin. A moderation by an operator has
+    no actor."""
+    return {**person_json(handle, display_name), "kind": kind}
 
 
 def message_json(message: Message) -> dict:
@@ -44,7 +41,9 @@ def message_json(message: Message) -> dict:
         "id": message.public_id,
         "seq": message.seq,
         "room": message.room.slug,
-        "author": author_json(message.author.handle, message.author_display_name),
+        "author": author_json(
+            message.author.handle, message.author_display_name, message.author.kind
+        ),
         "body": None if hidden else message.body,
         "reply_to": message.reply_to.public_id if message.reply_to_id else None,
         # Recomputed from handle and display name, as PersonSerializer does.
@@ -82,7 +81,7 @@ def event_json(event: Event) -> dict:
         "kind": kind,
         "created_at": timestamp(event.created_at),
         "actor": (
-            author_json(event.actor.handle, event.actor_display_name)
+            author_json(event.actor.handle, event.actor_display_name, event.actor.kind)
             if event.actor_id is not None
             else None
         ),

@@ -13,7 +13,11 @@ RENDER_SECONDS = 1.0
 
 
 def _event_entry(event: Event, budget: RenderBudget) -> Entry:
-    actor = Person(event.actor.handle, event.actor_display_name) if event.actor_id else None
+    actor = (
+        Person(event.actor.handle, event.actor_display_name, kind=event.actor.kind)
+        if event.actor_id
+        else None
+    )
     entry = Entry(seq=event.seq, kind=event.kind, created_at=event.created_at, actor=actor)
     message = event.message
     if event.kind == Event.Kind.MESSAGE and message is not None:
@@ -61,5 +65,8 @@ def room_members(room: Room, *, limit: int = LISTED_MEMBERS) -> tuple[list[Perso
     count = len(members)
     if count > limit:
         count = Member.objects.filter(room=room, left_at__isnull=True).count()
-    people = [Person(m.name.handle, m.display_name, muted=m.muted) for m in members[:limit]]
+    people = [
+        Person(m.name.handle, m.display_name, muted=m.muted, kind=m.name.kind)
+        for m in members[:limit]
+    ]
     return people, count

@@ -21,6 +21,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -59,6 +60,19 @@ class ReasonForm(forms.Form):
         field.help_text = help_text
         field.label = "Reason" if required else "Reason (optional)"
         field.error_messages["required"] = "Please say why: the reason is required."
+
+
+class ActionsNeedChangeMixin:
+    """Every plumb action changes state, and a changelist's POST is how one runs: a
+    user who may only look (the ``participants`` group) is refused with 403, not
+    shown the list again as if nothing had been asked."""
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if request.method == "POST" and not self.has_change_permission(request):
+            raise PermissionDenied
+        return super().changelist_view(request, extra_context)
 
 
 def _safe_next(request: HttpRequest) -> str:

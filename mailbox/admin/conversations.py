@@ -19,7 +19,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
-from common.admin.actions import reason_action
+from common.admin.actions import ActionsNeedChangeMixin, reason_action
 from common.admin.pages import (
     ListTitleMixin,
     ObjectToolsMixin,
@@ -134,7 +134,9 @@ class NoteInline(admin.TabularInline):
 
 
 @admin.register(Conversation)
-class ConversationAdmin(ListTitleMixin, ObjectToolsMixin, LargeTableAdminMixin, admin.ModelAdmin):
+class ConversationAdmin(
+    ActionsNeedChangeMixin, ListTitleMixin, ObjectToolsMixin, LargeTableAdminMixin, admin.ModelAdmin
+):
     list_display = (
         "public_id",
         "participant_handles",

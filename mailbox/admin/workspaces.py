@@ -95,6 +95,7 @@ END_WORDS = {
     Session.EndReason.ENDED: "ended",
     Session.EndReason.EXPIRED: "expired",
     Session.EndReason.KEY_REVOKED: "key revoked",
+    Session.EndReason.PERSON: "a person's",
 }
 
 

@@ -2,7 +2,8 @@
 
 ``audit`` (the trail and the one rule for reasons), ``identity`` (projects,
 workspaces, opt-ins), ``keys``, ``sessions`` (and names), ``bootstrap``,
-``mcp_sessions`` (the MCP door's session ids), ``notes`` (leaving
+``mcp_sessions`` (the MCP door's session ids), ``people`` (people's
+handles and the sessions the admin acts through), ``notes`` (leaving
 notes, locking threads), ``delivery`` (claiming them, and waiting for one's
 sent notes to be picked up) and ``bounces`` (those nobody picked up).
 """
@@ -21,6 +22,12 @@ from mailbox.services.identity import (
 from mailbox.services.keys import IssuedKey, key_create, key_revoke, key_touch
 from mailbox.services.mcp_sessions import OpenedMcpSession, mcp_session_open
 from mailbox.services.notes import NoteLeft, conversation_lock, conversation_unlock, note_leave
+from mailbox.services.people import (
+    check_person_handle,
+    people_home,
+    person_claim,
+    person_mentions_seen,
+)
 from mailbox.services.sessions import (
     StartedSession,
     handle_check,
@@ -38,6 +45,7 @@ __all__ = [
     "OpenedMcpSession",
     "StartedSession",
     "audit_record",
+    "check_person_handle",
     "conversation_lock",
     "conversation_unlock",
     "handle_check",
@@ -54,6 +62,9 @@ __all__ = [
     "notes_wait",
     "optin_grant",
     "optin_revoke",
+    "people_home",
+    "person_claim",
+    "person_mentions_seen",
     "project_create",
     "project_update",
     "session_end",

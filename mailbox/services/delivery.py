@@ -14,6 +14,7 @@ from common.pause import pause_point
 from common.prepared import Prepared, PreparedObjects, PreparedUpdate
 from mailbox import wakeups
 from mailbox.models import (
+    Conversation,
     Note,
     Participant,
     Session,
@@ -63,8 +64,12 @@ _claimed = PreparedObjects(
 _delivered_to = Note._meta.get_field("delivered_to")
 
 
-def notes_claim(session: Session) -> list[Note]:
+def notes_claim(session: Session, *, conversation: Conversation | None = None) -> list[Note]:
     """Deliver every pending note to ``session``, exactly once, oldest first.
+
+    ``conversation`` narrows the claim to that thread's notes: a person
+    opening a thread in the admin receives its notes, and no other thread's
+    (``mailbox.services.people``).
 
     Authentication leaves ``session.notes_maybe_pending``; when it says
     nothing was pending a moment ago, the first claim of the request is
@@ -76,18 +81,21 @@ def notes_claim(session: Session) -> list[Note]:
     lock; SQLite runs writers one at a time), and each claimer reads back
     only the rows carrying its own token.
     """
-    if not getattr(session, "notes_maybe_pending", True):
+    if conversation is not None:
+        candidate_ids = _candidate_ids_in(session, conversation)
+    elif not getattr(session, "notes_maybe_pending", True):
         session.notes_maybe_pending = True  # a hint for one claim, not for the request
         return []
-    candidate_ids = [
-        row[0]
-        for row in _candidates.rows(
-            session_pk=session.pk,
-            name_id=session.name_id,
-            workspace_id=session.workspace_id,
-            watermark=session.notes_watermark,
-        )
-    ]
+    else:
+        candidate_ids = [
+            row[0]
+            for row in _candidates.rows(
+                session_pk=session.pk,
+                name_id=session.name_id,
+                workspace_id=session.workspace_id,
+                watermark=session.notes_watermark,
+            )
+        ]
     if not candidate_ids:
         return []
     pause_point("claim.candidates")
@@ -118,6 +126,20 @@ def notes_claim(session: Session) -> list[Note]:
             ignore_conflicts=True,
         )
     return notes
+
+
+def _candidate_ids_in(session: Session, conversation: Conversation) -> list[int]:
+    """The notes of one thread pending for ``session``; the thread's (conversation,
+    position) index bounds the look to its notes."""
+    branches = pending_branches(
+        session.pk, session.name_id, session.workspace_id, session.notes_watermark
+    )
+    pending = branches[0] | branches[1] | branches[2]
+    return list(
+        Note.objects.filter(pending, conversation=conversation)
+        .order_by("id")
+        .values_list("id", flat=True)[:MAX_CLAIM]
+    )
 
 
 def notes_wait(session: Session, *, wait: float) -> list[Note]:

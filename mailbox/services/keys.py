@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from common import limits
+from common.errors import ValidationFailed
 from common.pause import pause_point
 from mailbox import credentials
 from mailbox.models import Project, ProjectKey, Session
@@ -29,11 +30,17 @@ class IssuedKey:
 
 
 def key_create(project: Project, *, label: str = "", created_by: str = "") -> IssuedKey:
-    """Issue a project key; raises ``validation_error`` for an over-long label.
+    """Issue a project key; raises ``validation_error`` for an over-long label, and
+    for the people's project (people act from the admin, with no key).
 
     Only its digest and public prefix are stored.
     """
     text_check(label, field="label", limit=limits.KEY_LABEL_MAX)
+    if project.slug == limits.PEOPLE_PROJECT:
+        raise ValidationFailed.field(
+            "project",
+            "People act from the admin; no key is issued for their project.",
+        )
     created_by = created_by[:150]
     for _ in range(5):
         new = credentials.generate(credentials.PROJECT_KEY)

@@ -29,10 +29,10 @@ from mailbox.errors import (
 )
 from mailbox.models import (
     AgentName,
+    AuthorKind,
     Conversation,
     Note,
     Participant,
-    Project,
     Session,
 )
 from mailbox.selectors import open_sessions_of_name_locked, optin_allows
@@ -77,11 +77,21 @@ def note_leave(
     ``conversation_exhausted`` and ``idempotency_key_reused``. Every check runs
     before anything is written, so a refused note stores nothing and leaves its
     idempotency key unused. Locks the conversation row while counting.
+
+    People (``mailbox.services.people``) leave notes here too, from the admin:
+    theirs name their recipient (``next`` is a workspace's, and a person has
+    none); notes to and from them need no cross-project opt-in, and their home
+    sets no cap (``_check_may_send``, ``_cap_for``).
     """
     prepared = body_prepare(body)
     idempotency_key_check(idempotency_key)
     if to is not None and (not isinstance(to, str) or not to):
         raise ValidationFailed.field("to", "Invalid.", "to must be a name or 'next'.")
+    # people: a person's note names its recipient.
+    if session.name.kind == AuthorKind.HUMAN and (
+        to == NEXT or (to is None and conversation_id is None)
+    ):
+        raise ValidationFailed.field("to", "A person's note names its recipient.")
     if idempotency_key is not None:
         replay = _replay(session, idempotency_key, prepared.text, to, conversation_id)
         if replay is not None:
@@ -161,7 +171,6 @@ def _store(
     conversation_id: str | None,
     idempotency_key: str | None,
 ) -> NoteLeft:
-    sender_project = session.workspace.project
     # One transaction: the recipient checks, the cap count, the insert and the
     # binding are a unit. On PostgreSQL the conversation row lock serialises
     # replies into one thread; on SQLite the IMMEDIATE transaction does.
@@ -176,7 +185,7 @@ def _store(
             _check_may_send(session, addressee, conversation=None)
             # Inserted with its first note counted: no UPDATE follows.
             conversation = Conversation(
-                cap=_cap_for(sender_project, addressee),
+                cap=_cap_for(session, addressee),
                 notes_count=1,
                 last_position=1,
                 created_at=now,
@@ -209,6 +218,7 @@ def _store(
             conversation=conversation,
             position=position,
             sender_name=session.name,
+            sender_kind=session.name.kind,
             sender_session=session,
             recipient=addressee.name,
             next_workspace=session.workspace if addressee.is_next else None,
@@ -306,6 +316,10 @@ def _check_may_send(
         raise MailboxDisabled("The mailbox is turned off for the recipient's project.")
     if recipient_project.pk == sender_project.pk or recipient_project.accept_all_projects:
         return
+    # people: staff of the whole server (SPEC §5.1), so notes to and from them
+    # cross projects without an opt-in.
+    if AuthorKind.HUMAN in (addressee.name.kind, session.name.kind):
+        return
     if (
         conversation is not None
         and Participant.objects.filter(
@@ -319,10 +333,17 @@ def _check_may_send(
         )
 
 
-def _cap_for(sender_project: Project, addressee: _Addressee) -> int:
+def _cap_for(session: Session, addressee: _Addressee) -> int:
+    sender_project = session.workspace.project
     if addressee.is_next:
         return sender_project.max_exchanges
-    return min(sender_project.max_exchanges, addressee.name.workspace.project.max_exchanges)
+    recipient_project = addressee.name.workspace.project
+    # people: their home has no say; a thread with a person runs on the agent's project's.
+    if addressee.name.kind == AuthorKind.HUMAN:
+        return sender_project.max_exchanges
+    if session.name.kind == AuthorKind.HUMAN:
+        return recipient_project.max_exchanges
+    return min(sender_project.max_exchanges, recipient_project.max_exchanges)
 
 
 def _conversation_for_reply(session: Session, conversation_id: str) -> Conversation:

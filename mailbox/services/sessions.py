@@ -26,11 +26,21 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from common import limits
+from common.errors import ValidationFailed
 from common.pause import pause_point
 from common.prepared import Prepared, PreparedInsert, PreparedObjects
 from mailbox import credentials, wakeups
 from mailbox.errors import InvalidName, KeyRevoked, NameInUse, NameTaken, WorkspaceNotFound
-from mailbox.models import AgentName, FreedToken, McpSession, Note, ProjectKey, Session, Workspace
+from mailbox.models import (
+    AgentName,
+    AuthorKind,
+    FreedToken,
+    McpSession,
+    Note,
+    ProjectKey,
+    Session,
+    Workspace,
+)
 from mailbox.selectors import open_sessions_of_name_locked
 from mailbox.services.audit import audit_record
 from mailbox.services.delivery import notes_unbind
@@ -125,8 +135,9 @@ def session_start(
 ) -> StartedSession:
     """Attach a new session to a workspace under a name; it records ``project_key``.
 
-    Raises ``workspace_not_found``, ``validation_error`` (malformed or reserved name),
-    ``name_taken`` (bound to another workspace), ``name_in_use`` (held by a
+    Raises ``workspace_not_found`` (also for the people's workspace, where no
+    agent starts a session), ``validation_error`` (malformed or reserved name),
+    ``name_taken`` (bound to another workspace, or a person's handle), ``name_in_use`` (held by a
     connected session) and ``key_revoked`` (``project_key`` was revoked, even
     after the caller's authentication read it). Stale sessions of the name
     are ended here, so that the partial unique index on open sessions stays
@@ -148,6 +159,9 @@ def session_start(
     if found is None:
         raise WorkspaceNotFound(f"No workspace {workspace_slug!r} in this project.")
     workspace = found[""]
+    if workspace.project.slug == limits.PEOPLE_PROJECT:
+        # people: they act from the admin (mailbox.services.people), never with a key.
+        raise WorkspaceNotFound(f"No workspace {workspace_slug!r} in this project.")
     if name is not None:
         return _start_named(project_key, workspace, handle_check(name), on_started=on_started)
     # Names that are over make room before one is drawn: the short form
@@ -217,6 +231,9 @@ def _try_start_named(
         agent_name, created = _claim_name(workspace, handle, disposable=fresh_only, cursor=cursor)
         if not created and fresh_only:
             raise NameTaken()
+        if agent_name.kind == AuthorKind.HUMAN:
+            # people: one namespace with agents (mailbox.services.people).
+            raise NameTaken(f"The name {handle!r} is a person's handle; pick another name.")
         if agent_name.workspace_id != workspace.pk:
             raise NameTaken(f"The name {handle!r} is bound to another workspace.")
         if agent_name.disposable and not fresh_only:
@@ -292,7 +309,9 @@ def name_reserve(workspace: Workspace, handle: str, *, actor: str) -> tuple[Agen
     workspace that is now kept (``disposable`` cleared); either is audited
     (``name.reserve``) in the same transaction. A name already kept here
     changes and records nothing. Raises ``validation_error`` (malformed or
-    reserved name) and ``name_taken`` (bound to another workspace).
+    reserved name, or the people's workspace, where people claim their own
+    handles) and ``name_taken`` (bound to another workspace, or a person's
+    handle).
 
     Locks the name row like a session start (``_claim_name``), which orders
     it against ``names_free``: a generated name being freed is waited for,
@@ -301,6 +320,13 @@ def name_reserve(workspace: Workspace, handle: str, *, actor: str) -> tuple[Agen
     that row (``name_taken``, or already here).
     """
     handle = handle_check(handle)
+    if workspace.project.slug == limits.PEOPLE_PROJECT:
+        raise ValidationFailed.field(
+            "workspace",
+            "People claim their handles in the admin.",
+            "No name is reserved in the people's workspace: people claim their handles "
+            "in the admin.",
+        )
     try:
         return _reserve(workspace, handle, actor=actor)
     except IntegrityError:
@@ -315,6 +341,8 @@ def _reserve(workspace: Workspace, handle: str, *, actor: str) -> tuple[AgentNam
             .filter(handle=handle)
             .first()
         )
+        if name is not None and name.kind == AuthorKind.HUMAN:
+            raise NameTaken(f"The name {handle!r} is a person's handle; pick another name.")
         if name is not None and name.workspace_id != workspace.pk:
             raise NameTaken(
                 f"The name {handle!r} is bound to workspace {name.workspace.slug!r} of "

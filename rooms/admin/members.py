@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from common.admin.actions import reason_action
+from common.admin.actions import ActionsNeedChangeMixin, reason_action
 from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, utc_column
 from common.markdown import visible_html
 from rooms import services
@@ -25,7 +25,13 @@ from rooms.models import Member
 
 
 @admin.register(Member)
-class MemberAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
+class MemberAdmin(
+    ActionsNeedChangeMixin,
+    ListTitleMixin,
+    ObjectToolsMixin,
+    _ViewOnlyObjectsMixin,
+    admin.ModelAdmin,
+):
     list_display = ("handle", "room", "shown_name", "state", "read_seq", "joined")
     list_select_related = ("room", "name")
     list_filter = (RoomFilter, MemberMutedFilter, MemberLeftFilter)

@@ -17,7 +17,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
-from common.admin.actions import reason_action
+from common.admin.actions import ActionsNeedChangeMixin, reason_action
 from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge, utc_column
 from common.admin.paging import LargeTableAdminMixin
 from common.markdown import render_markdown, visible_html
@@ -33,7 +33,12 @@ from rooms.models import Event, Message
 
 @admin.register(Message)
 class MessageAdmin(
-    ListTitleMixin, ObjectToolsMixin, LargeTableAdminMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin
+    ActionsNeedChangeMixin,
+    ListTitleMixin,
+    ObjectToolsMixin,
+    LargeTableAdminMixin,
+    _ViewOnlyObjectsMixin,
+    admin.ModelAdmin,
 ):
     list_display = ("seq", "room", "author_handle", "excerpt", "created", "state")
     list_display_links = ("seq",)

@@ -16,7 +16,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from common.admin.actions import reason_action
+from common.admin.actions import ActionsNeedChangeMixin, reason_action
 from common.admin.pages import (
     ListTitleMixin,
     ObjectToolsMixin,
@@ -28,6 +28,7 @@ from common.admin.pages import (
 from common.markdown import visible_html
 from common.transcripts import parse_after_seq
 from rooms import services, transcripts
+from rooms.admin import people
 from rooms.admin.base import (
     ProjectFilter,
     RoomLockedFilter,
@@ -79,7 +80,13 @@ class MemberInline(admin.TabularInline):
 
 
 @admin.register(Room)
-class RoomAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.ModelAdmin):
+class RoomAdmin(
+    ActionsNeedChangeMixin,
+    ListTitleMixin,
+    ObjectToolsMixin,
+    _ViewOnlyObjectsMixin,
+    admin.ModelAdmin,
+):
     list_display = (
         "slug",
         "project",
@@ -214,14 +221,30 @@ class RoomAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.M
         ]
 
     def transcript_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The room's stream; for a person (``people``), with the compose box and
+        review buttons. A GET moves a person's read position; a HEAD, like it
+        without effect (SPEC §2), does not."""
         room = self.get_object(request, unquote(object_id))
         if room is None:
             raise Http404("No such room.")
         if not self.has_view_permission(request, room):
             raise PermissionDenied
+        transcript_url = reverse(
+            "admin:rooms_room_transcript", args=[room.pk], current_app=self.admin_site.name
+        )
+        talk = people.room_talk(request, room, transcript_url)
+        if request.method == "POST":
+            if talk is None:
+                raise PermissionDenied
+            done = talk.post()
+            if done is not None:
+                return done
+            room.refresh_from_db()
         page = transcripts.room_transcript(
             room, after_seq=parse_after_seq(request.GET.get("after_seq"))
         )
+        if talk is not None:
+            talk.read(page)
         members, member_count = transcripts.room_members(room)
         context = {
             **self.admin_site.each_context(request),
@@ -237,5 +260,6 @@ class RoomAdmin(ListTitleMixin, ObjectToolsMixin, _ViewOnlyObjectsMixin, admin.M
             ),
             "audit_url": f"{reverse('admin:mailbox_auditrecord_changelist')}?"
             f"{urlencode({'room_slug': room.slug})}",
+            **(talk.context(page) if talk is not None else {}),
         }
         return TemplateResponse(request, "plumb/room_transcript.html", context)

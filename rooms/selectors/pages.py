@@ -28,6 +28,7 @@ class PageName:
 
     pk: int
     handle: str
+    kind: str
 
 
 @dataclass(slots=True)
@@ -98,6 +99,7 @@ _COLUMNS = (
     "created_at",
     "actor_id",
     "actor__handle",
+    "actor__kind",
     "actor_display_name",
     "verdict",
     "body",
@@ -108,6 +110,7 @@ _COLUMNS = (
     "message__seq",
     "message__author_id",
     "message__author__handle",
+    "message__author__kind",
     "message__author_display_name",
     "message__body",
     "message__reply_to_id",
@@ -149,10 +152,10 @@ def _page_rows(room_id: int, after_seq: int, limit: int) -> list[list[Any]]:
 
 
 def _record(room: Room, row: list[Any]) -> PageEvent:
-    (pk, seq, kind, created_at, actor_id, actor_handle, actor_display_name, verdict, body, data,
-     message_id, public_id, message_seq, author_id, author_handle, author_display_name,
-     message_body, reply_to_id, reply_to_public_id, mentions, message_created_at,
-     hidden_at) = row  # fmt: skip
+    (pk, seq, kind, created_at, actor_id, actor_handle, actor_kind, actor_display_name, verdict,
+     body, data, message_id, public_id, message_seq, author_id, author_handle, author_kind,
+     author_display_name, message_body, reply_to_id, reply_to_public_id, mentions,
+     message_created_at, hidden_at) = row  # fmt: skip
     message = None
     if message_id is not None:
         message = PageMessage(
@@ -160,7 +163,7 @@ def _record(room: Room, row: list[Any]) -> PageEvent:
             public_id=public_id,
             room=room,
             seq=message_seq,
-            author=PageName(pk=author_id, handle=author_handle),
+            author=PageName(pk=author_id, handle=author_handle, kind=author_kind),
             author_display_name=author_display_name,
             body=message_body,
             reply_to=(
@@ -178,7 +181,11 @@ def _record(room: Room, row: list[Any]) -> PageEvent:
         seq=seq,
         kind=kind,
         created_at=created_at,
-        actor=PageName(pk=actor_id, handle=actor_handle) if actor_id is not None else None,
+        actor=(
+            PageName(pk=actor_id, handle=actor_handle, kind=actor_kind)
+            if actor_id is not None
+            else None
+        ),
         actor_display_name=actor_display_name,
         message=message,
         verdict=verdict,

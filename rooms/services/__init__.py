@@ -6,6 +6,7 @@
 - ``sending``: post a message.
 - ``reading``: read positions and reading events (waiting for them if asked).
 - ``reviews``: review a message.
+- ``people``: a person's post and review from the admin, joining first.
 - ``moderation``: hide messages, mute and remove members, lock rooms; remove
   another project's members when an opt-in is revoked.
 - ``waiting``: waiting for anything, a note or news in a joined room.
@@ -23,6 +24,7 @@ from rooms.services.moderation import (
     room_lock,
     room_unlock,
 )
+from rooms.services.people import person_message_send, person_review_add
 from rooms.services.reading import EventsRead, events_read, read_advance, read_position_set
 from rooms.services.reviews import review_add
 from rooms.services.sending import MessageSent, message_send
@@ -44,6 +46,8 @@ __all__ = [
     "message_hide",
     "message_send",
     "message_unhide",
+    "person_message_send",
+    "person_review_add",
     "read_advance",
     "read_position_set",
     "review_add",

@@ -20,7 +20,7 @@ from common import limits
 from common.bodies import scrubbed_merge, text_prepare
 from common.errors import ValidationFailed
 from common.pause import pause_point
-from mailbox.models import AgentName, Session
+from mailbox.models import AgentName, AuthorKind, Session
 from mailbox.selectors import optin_allows
 from mailbox.services.identity import slug_check
 from rooms.errors import RoomCrossProjectRefused, RoomExists
@@ -110,9 +110,10 @@ def room_join(session: Session, slug: str, *, display_name: str | None = None) -
     """Join a room (a ``join`` event); joining again changes nothing.
 
     A display name given is stored scrubbed of secrets. A room of another
-    project may be joined only if that project opted in to the caller's.
-    Raises ``room_not_found``, ``cross_project_refused`` and
-    ``validation_error``.
+    project may be joined only if that project opted in to the caller's; a
+    person (``mailbox.services.people``) may join any room, as staff of the
+    whole server (SPEC §5.1). Raises ``room_not_found``,
+    ``cross_project_refused`` and ``validation_error``.
 
     The opt-in is checked under the room row lock, which an opt-in's
     revocation takes too, on every room of the project, before it looks for
@@ -133,7 +134,10 @@ def room_join(session: Session, slug: str, *, display_name: str | None = None) -
         if member is not None and member.is_current:
             return Joined(room=room, member=member, event=None, scrubbed=scrubbed)
         caller_project = session.workspace.project
-        if not optin_allows(room.project, source=caller_project):
+        # people: no opt-in applies to them.
+        if session.name.kind != AuthorKind.HUMAN and not optin_allows(
+            room.project, source=caller_project
+        ):
             raise RoomCrossProjectRefused(
                 room_project=room.project.slug, your_project=caller_project.slug
             )

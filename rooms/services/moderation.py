@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.pause import pause_point
-from mailbox.models import Project
+from mailbox.models import AuthorKind, Project
 from mailbox.selectors import optin_allows
 from mailbox.services.audit import audit_record, reason_check
 from rooms.models import Event, Member, Message, Room
@@ -128,7 +128,8 @@ def members_remove_for_revoked_optin(
     an operator had removed it: later sends and reads answer
     ``403 not_a_member``. One audit record per removal (``room.remove``,
     under the revoking operator), so each room's trail shows its own; the
-    revocation has its record too. Returns how many members were removed.
+    revocation has its record too. People are never removed: no opt-in let
+    them in (``room_join``). Returns how many members were removed.
 
     Race with ``room_join``: every room of ``project`` is locked first
     (``select_for_update``, in id order, so that two revocations for one
@@ -158,6 +159,8 @@ def members_remove_for_revoked_optin(
         members = (
             Member.objects.filter(room_id__in=list(rooms), left_at__isnull=True)
             .exclude(name__workspace__project=project)
+            # people: no opt-in let them in, so none revoked takes them out.
+            .exclude(name__kind=AuthorKind.HUMAN)
             .select_related("name__workspace__project")
             .order_by("room_id", "id")
         )

@@ -25,6 +25,8 @@ from django.conf import settings
 from django.contrib.auth.models import Group, Permission
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from tests.factories import participants_group
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -135,12 +137,23 @@ def moderators_group() -> Group:
     """The migration's group. A transactional test's flush empties every table, so an
     earlier browser test may have removed it: recreate it from the migration's own list."""
     migration = importlib.import_module("rooms.migrations.0003_moderators_group")
+    gains = importlib.import_module("rooms.migrations.0008_participants_group").MODERATOR_GAINS
     group, _ = Group.objects.get_or_create(name="moderators")
-    for app_label, codenames in migration.MODERATOR_PERMISSIONS.items():
+    for app_label, codenames in [*migration.MODERATOR_PERMISSIONS.items(), *gains.items()]:
         group.permissions.add(
             *Permission.objects.filter(content_type__app_label=app_label, codename__in=codenames)
         )
     return group
+
+
+@pytest.fixture
+def participant(transactional_db, django_user_model):
+    """``ada`` (Ada Lovelace), staff in the ``participants`` group: she takes part, no more."""
+    user = django_user_model.objects.create_user(
+        "ada", "ada@example.com", PASSWORD, is_staff=True, first_name="Ada", last_name="Lovelace"
+    )
+    user.groups.add(participants_group())
+    return user
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ def test_the_conversation_list_shows_only_the_callers_threads_newest_activity_fi
         "name": "alice",
         "workspace": "main",
         "project": alice.workspace.project.slug,
+        "kind": "agent",
     }
     assert newest["cap"] == 20
     assert newest["notes_count"] == 2

@@ -685,7 +685,8 @@ def test_event_changelist_never_counts_the_whole_table(admin_client, monkeypatch
     _bulk_rooms(1000)
     with CaptureQueriesContext(connection) as captured:
         response = admin_client.get(url("event", "changelist"))
-    counts = [q["sql"] for q in captured if "COUNT(" in q["sql"].upper()]
+    # The paginator's counts (the header's unread count counts a person's notes, not events).
+    counts = [q["sql"] for q in captured if q["sql"].upper().startswith("SELECT COUNT(")]
     assert len(counts) == 1
     assert "LIMIT 301" in counts[0].upper()
     assert response.context["cl"].paginator.capped

@@ -24,7 +24,7 @@ from plumb_site.cli.connect import health_problem as real_health_problem
 from plumb_site.settings import env_url
 from tests.cli import last_line, plumb, plumb_fails
 from tests.conftest import client_for
-from tests.factories import AgentNameFactory, WorkspaceFactory
+from tests.factories import AgentNameFactory, PersonFactory, UserFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -234,10 +234,12 @@ def test_a_malformed_plumb_public_url_stops_the_server_naming_the_variable(monke
         (("{project}", "main", "next"), 'This name is reserved: "next"'),
         (("{project}", "main", "Builder!"), "(validation_error)"),
         (("{project}", "main", "taken"), "is bound to workspace 'other' of project"),
+        (("{project}", "main", "ada"), "'ada' is a person's handle; pick another name"),
     ],
 )
 def test_what_the_server_would_refuse_is_refused_and_no_key_is_made(workspace, args, expected):
     AgentNameFactory(handle="taken", workspace=WorkspaceFactory(slug="other"))
+    PersonFactory(user=UserFactory(username="ada"))
     args = tuple(arg.format(project=workspace.project.slug) for arg in args)
 
     error = plumb_fails("connect", *args, "--client", "codex", "--new-key")

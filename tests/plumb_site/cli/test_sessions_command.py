@@ -18,7 +18,13 @@ from mailbox import services
 from mailbox.models import AuditRecord, Project, Session
 from tests.cli import plumb, plumb_fails
 from tests.conftest import assert_error, client_for
-from tests.factories import ProjectKeyFactory, SessionFactory, WorkspaceFactory
+from tests.factories import (
+    PersonFactory,
+    ProjectKeyFactory,
+    SessionFactory,
+    UserFactory,
+    WorkspaceFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -280,3 +286,13 @@ def test_every_command_line_change_lands_in_the_audit_listing(sessions, operator
         (operator, "key.create"),
         (operator, "session.end"),
     ]
+
+
+def test_a_persons_session_is_listed_as_theirs_and_ending_it_changes_nothing(db):
+    PersonFactory(user=UserFactory(username="ada"))
+    out, _ = plumb("session", "list")
+    ada = next(row for row in rows(out)[1:] if row[0] == "ada")
+    assert (ada[1], ada[2], ada[5]) == ("admin", "(people)", "person")
+    assert plumb("session", "list", "--connected")[0].count("\n") == 1  # the header alone
+    assert plumb("session", "end", "ada")[0] == "ada has no open session; nothing changed.\n"
+    assert not AuditRecord.objects.filter(action="session.end").exists()
