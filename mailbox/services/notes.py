@@ -30,6 +30,7 @@ from mailbox.errors import (
 from mailbox.models import (
     AgentName,
     Conversation,
+    DailyUsage,
     Note,
     Participant,
     Project,
@@ -37,6 +38,7 @@ from mailbox.models import (
 )
 from mailbox.selectors import open_sessions_of_name_locked, optin_allows
 from mailbox.services.audit import audit_record, reason_check
+from mailbox.services.budgets import budget_spend
 
 NEXT = "next"
 
@@ -74,9 +76,11 @@ def note_leave(
     Raises ``validation_error``, ``body_too_large``, ``recipient_not_found``,
     ``recipient_ambiguous``, ``mailbox_disabled``, ``cross_project_refused``,
     ``conversation_not_found``, ``not_a_participant``, ``conversation_locked``,
-    ``conversation_exhausted`` and ``idempotency_key_reused``. Every check runs
-    before anything is written, so a refused note stores nothing and leaves its
-    idempotency key unused. Locks the conversation row while counting.
+    ``conversation_exhausted``, ``idempotency_key_reused`` and
+    ``budget_exhausted`` (the sender project's ``daily_note_budget``, counted
+    in this transaction: ``budgets.budget_spend``). A refused note stores
+    nothing and leaves its idempotency key unused. Locks the conversation row
+    while counting, then the day's budget counter.
     """
     prepared = body_prepare(body)
     idempotency_key_check(idempotency_key)
@@ -197,6 +201,16 @@ def _store(
                     cap=conversation.cap, conversation_id=conversation.public_id
                 )
 
+        # Last of the checks, so that a refusal above takes nothing from the budget;
+        # a refusal here rolls back the whole transaction.
+        budget_spend(
+            sender_project,
+            DailyUsage.What.NOTES,
+            budget=sender_project.daily_note_budget,
+            author_kind=session.name.kind,
+            now=now,
+            cursor=cursor,
+        )
         bound_id = None
         if addressee.is_next:
             delivery = Note.Delivery.NEXT

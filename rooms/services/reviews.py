@@ -8,12 +8,15 @@ leave cannot land between the checks and the event they allow.
 from __future__ import annotations
 
 from django.db import transaction
+from django.utils import timezone
 
 from common.bodies import body_prepare
 from common.errors import ValidationFailed
-from mailbox.models import Session
+from mailbox.models import AuthorKind, DailyUsage, Session
+from mailbox.services.budgets import budget_spend
 from rooms.errors import MemberMuted, MessageNotFound, RoomLocked
 from rooms.models import Event, Message, Room
+from rooms.services.flood import room_pause_check
 from rooms.services.stream import append_event, current_member, lock_room
 
 
@@ -23,7 +26,9 @@ def review_add(
     """Review a message: a ``review`` event with its own seq (it counts for require_read).
 
     Raises ``validation_error``, ``body_too_large``, ``room_not_found``,
-    ``not_a_member``, ``member_muted``, ``room_locked`` and ``message_not_found``.
+    ``not_a_member``, ``member_muted``, ``room_locked``, ``room_paused`` (an
+    agent's review waits out its room's pause), ``message_not_found`` and
+    ``budget_exhausted`` (reviews count against ``daily_message_budget``).
     """
     if verdict not in Event.Verdict.values:
         raise ValidationFailed.field(
@@ -39,9 +44,20 @@ def review_add(
             raise MemberMuted()
         if room.locked:
             raise RoomLocked()
+        now = timezone.now()
+        if session.name.kind == AuthorKind.AGENT:
+            room_pause_check(room, limit=room.project.room_flood_limit, now=now)
         message = Message.objects.filter(room=room, public_id=message_id).first()
         if message is None:
             raise MessageNotFound()
+        project = session.workspace.project
+        budget_spend(
+            project,
+            DailyUsage.What.MESSAGES,
+            budget=project.daily_message_budget,
+            author_kind=session.name.kind,
+            now=now,
+        )
         event = append_event(
             room,
             kind=Event.Kind.REVIEW,

@@ -116,7 +116,13 @@ def test_the_migration_numbers_messages_already_stored(workspace):
     executor.migrate(before)
     executor.loader.build_graph()
     executor.migrate(after)
-
-    numbered = list(Message.objects.order_by("pk").values_list("pk", "ordinal", "author_ordinal"))
+    try:
+        numbered = list(
+            Message.objects.order_by("pk").values_list("pk", "ordinal", "author_ordinal")
+        )
+    finally:
+        # Every later test of the run needs the tables as the latest migrations leave them.
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes())
     assert numbered == expected
     assert Message.objects.aggregate(n=Count("pk"))["n"] == 32
