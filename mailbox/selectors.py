@@ -321,6 +321,7 @@ def conversation_get_for_session(session: Session, public_id: str) -> Conversati
 
 # --- notes sent by a name (SPEC §3.6) ---------------------------------------------------
 
+
 def note_state_condition(state: str) -> Q:
     """The notes in ``state`` (waiting, delivered or bounced), as a filter."""
     return NOTE_STATES[state]
