@@ -27,7 +27,7 @@ from common.pause import pause_point
 from mailbox.models import Conversation, Note, Project
 from mailbox.services.bounces import of_project
 
-PURGE_BATCH = 500
+PURGE_BATCH = 100
 
 
 def notes_purge(project: Project, cutoff: datetime, *, batch: int = PURGE_BATCH) -> tuple[int, int]:

@@ -19,8 +19,11 @@ a retention, in this order:
 
 **Beside traffic.** Each batch is a short transaction of its own: at most
 ``PURGE_BATCH`` events of one room, under that room's lock (so no send,
-review or moderation of the room interleaves with it), or
-``PURGE_BATCH`` notes. A send waits for at most one batch. Idempotent: a
+review or moderation of the room interleaves with it), deleted by plain
+statements (no model instances), or ``PURGE_BATCH`` notes; between two
+batches of a room the purge steps aside for ``PURGE_PAUSE``. A send waits
+for at most one batch: beside a purge of 10^5 events its p99 stays under
+100 ms (``tests/scale/test_policy_at_scale.py`` prints the figures). Idempotent: a
 purge run twice, or by two processes at once, deletes each row once.
 
 **Unseen counts.** A member whose read position is below the purged
@@ -34,10 +37,11 @@ A full-text index over messages follows these deletions where
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -48,11 +52,14 @@ from mailbox.services.audit import audit_record
 from mailbox.services.bounces import notes_bounce_sent_before
 from mailbox.services.budgets import budget_day, usage_forget
 from mailbox.services.retention import notes_purge
-from rooms.models import Event, Message, Room
+from rooms.models import Event, Message, MessageMention, Room
 from rooms.services.flood import PLUMB_ACTOR
 from rooms.services.stream import lock_room
 
-PURGE_BATCH = 500
+PURGE_BATCH = 100
+# Between two batches the purge steps aside this long, so that writers queued behind a
+# batch (on SQLite, every writer) get their turn before the next one.
+PURGE_PAUSE = 0.005
 
 
 @dataclass
@@ -110,6 +117,7 @@ def _purge_project(project: Project, *, now: datetime, actor: str, batch: int) -
             purged.messages += messages
             if not more:
                 break
+            time.sleep(PURGE_PAUSE)
     purged.notes, purged.conversations = notes_purge(project, cutoff, batch=batch)
     if purged:
         for what in ("events", "messages", "notes", "conversations"):
@@ -146,13 +154,33 @@ def _purge_room_batch(slug: str, cutoff: datetime, batch: int) -> tuple[int, int
             upto = seq
         if upto is None:
             return 0, 0, False
+        # Plain statements, no model instances: a batch holds the room (on SQLite, every
+        # writer) for milliseconds. Nothing refers to events.
         events, _ = Event.objects.filter(room=room, seq__lte=upto).delete()
         # Below the kept history, every message no kept event points at.
-        gone = Message.objects.filter(room=room, seq__lte=upto).exclude(
-            Exists(Event.objects.filter(message=OuterRef("pk")))
+        gone = list(
+            Message.objects.filter(room=room, seq__lte=upto)
+            .exclude(Exists(Event.objects.filter(message=OuterRef("pk"))))
+            .values_list("pk", flat=True)
         )
-        messages = gone.delete()[1].get(Message._meta.label, 0)
+        if gone:
+            MessageMention.objects.filter(message_id__in=gone).delete()
+            Message.objects.filter(reply_to_id__in=gone).update(reply_to=None)
+            _delete_rows(Message, gone)
+        messages = len(gone)
         Room.objects.filter(pk=room.pk, history_starts_at__lte=upto).update(
             history_starts_at=upto + 1
         )
     return events, messages, len(head) == batch and head[-1][0] == upto
+
+
+def _delete_rows(model: type[Message], pks: list[int]) -> None:
+    """DELETE by primary key, with no collector: the caller has removed every reference."""
+    quote = connection.ops.quote_name
+    marks = ", ".join(["%s"] * len(pks))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {quote(model._meta.db_table)} WHERE {quote(model._meta.pk.column)} "
+            f"IN ({marks})",
+            pks,
+        )
