@@ -9,6 +9,7 @@ parse two shapes. Codes are added, never renamed: clients branch on them.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -46,6 +47,10 @@ class PlumbError(Exception):
 
     def as_dict(self) -> dict[str, Any]:
         return error_body(self.code, self.message, self.details)
+
+    def headers(self, now: float) -> dict[str, str]:
+        """HTTP headers the refusal carries (``Retry-After``), given the time as a Unix time."""
+        return {}
 
 
 class ValidationFailed(PlumbError):
@@ -158,7 +163,7 @@ def exception_handler(exc: Exception, context: dict) -> Response:
     """DRF's EXCEPTION_HANDLER: every failure becomes the one error shape."""
     headers: dict[str, str] = {}
     if isinstance(exc, PlumbError):
-        return Response(exc.as_dict(), status=exc.status)
+        return Response(exc.as_dict(), status=exc.status, headers=exc.headers(time.time()))
     if isinstance(exc, drf.ValidationError):
         details = _flatten_validation(exc.detail)
         if not isinstance(details, dict):

@@ -49,6 +49,22 @@ NOTES_DELIVERED = Counter("plumb_notes_delivered", "Notes delivered to a session
 ROOM_MESSAGES_SENT = Counter(
     "plumb_room_messages_sent", "Room messages stored (idempotent replays are not counted)."
 )
+CAP_REFUSALS = Counter(
+    "plumb_cap_refusals",
+    "Calls refused by a project's policy (SPEC §8), by cap: daily_note_budget, "
+    "daily_message_budget, room_flood_limit (sends refused by a paused room, and the send "
+    "that paused it), max_connected_sessions.",
+    ("cap",),
+)
+ROOM_PAUSES = Counter(
+    "plumb_room_pauses", "Rooms that paused themselves past their project's room_flood_limit."
+)
+PURGED_ROWS = Counter(
+    "plumb_purged_rows",
+    "Rows the retention purge deleted, by what: events, messages, notes, conversations.",
+    ("what",),
+)
+EXPORTS = Counter("plumb_exports", "Project exports written (plumb export, the admin action).")
 POLLS_WAITING = Gauge(
     "plumb_polls_waiting",
     "Calls waiting right now (check_messages, read_messages, wait_for_activity; REST and MCP).",

@@ -1,8 +1,10 @@
 """Domain errors of the mailbox app: identity, sessions and notes."""
 
+from datetime import datetime
+
 from rest_framework import exceptions
 
-from common.errors import Conflict, NotFound, PlumbError, ValidationFailed
+from common.errors import Conflict, NotFound, PlumbError, ValidationFailed, retry_after
 from mailbox.models import Session
 
 
@@ -142,3 +144,35 @@ class IdempotencyKeyReused(Conflict):
     code = "idempotency_key_reused"
     message = "This idempotency key was already used for a different note."
     data_fields = ("note_id", "conversation_id")
+
+
+class BudgetExhausted(PlumbError):
+    """A project's daily budget of notes, or of messages and reviews, is spent (SPEC §8).
+
+    ``resets_at`` is the next midnight UTC, when the budget is whole again;
+    ``Retry-After`` says the same in seconds.
+    """
+
+    code = "budget_exhausted"
+    status = 429
+    message = "Your project's daily budget is spent; it resets at midnight UTC."
+    data_fields = ("budget", "used", "resets_at")
+
+    def headers(self, now: float) -> dict[str, str]:
+        return {"Retry-After": str(retry_after(self.resets_at.timestamp() - now))}
+
+    @property
+    def resets_at(self):
+        return datetime.fromisoformat(self.details["resets_at"].replace("Z", "+00:00"))
+
+
+class TooManySessions(PlumbError):
+    """The project already has ``max_connected_sessions`` sessions connected (SPEC §8)."""
+
+    code = "too_many_sessions"
+    status = 429
+    message = (
+        "Your project has as many connected sessions as its operator allows; end one, "
+        "or wait for an idle one to expire."
+    )
+    data_fields = ("max_connected_sessions", "connected")

@@ -28,6 +28,10 @@ def session_public_id() -> str:
 # A week: long enough for an agent idle on its human, short enough that a note
 # nobody will pick up comes back to its sender (SPEC §8).
 NOTE_TTL_DEFAULT = 7 * 24 * 3600
+# Far above a busy conversation between agents and people (a message every
+# half second, all minute long), far below two agents answering each other as
+# fast as they can (SPEC §8).
+ROOM_FLOOD_LIMIT_DEFAULT = 120
 
 
 class AuthorKind(models.TextChoices):
@@ -63,6 +67,33 @@ class Project(models.Model):
         validators=[MinValueValidator(1)],
         help_text="Seconds a note sent by this project's agents may wait to be picked up; "
         "then it bounces, and its sender gets a note from plumb saying so.",
+    )
+    # Operator policy (SPEC §8): every cap is 0 for "none" but the flood limit's default.
+    daily_note_budget = models.PositiveIntegerField(
+        default=0,
+        help_text="Notes this project's agents may send per day (UTC); then 429 "
+        "budget_exhausted until midnight UTC. 0: no budget.",
+    )
+    daily_message_budget = models.PositiveIntegerField(
+        default=0,
+        help_text="Room messages and reviews this project's agents may post per day (UTC); "
+        "then 429 budget_exhausted until midnight UTC. 0: no budget.",
+    )
+    room_flood_limit = models.PositiveIntegerField(
+        default=ROOM_FLOOD_LIMIT_DEFAULT,
+        help_text="Messages agents may post in a minute in one of this project's rooms; past "
+        "it the room pauses itself for a minute (423 room_paused). People posting from the "
+        "admin are never paused. 0: no limit.",
+    )
+    max_connected_sessions = models.PositiveIntegerField(
+        default=0,
+        help_text="Sessions of this project that may be connected at once; past it a start "
+        "gets 429 too_many_sessions. 0: no cap.",
+    )
+    retention_days = models.PositiveIntegerField(
+        default=0,
+        help_text="Days notes and room events are kept; older ones are purged every hour "
+        "(undelivered notes bounce first). 0: keep everything.",
     )
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -566,6 +597,38 @@ class Note(models.Model):
         if self.delivered_at is None:
             return self.State.WAITING.value
         return (self.State.DELIVERED if self.bounced_at is None else self.State.BOUNCED).value
+
+
+# --- operator policy ----------------------------------------------------------------
+
+
+class DailyUsage(models.Model):
+    """How much of a daily budget a project used on one UTC day (SPEC §8).
+
+    A row per (project, day, what), counted by one conditional upsert in the
+    transaction of the write it counts (``mailbox.services.budgets``), so
+    racing writers queue on the row and the budget holds exactly. Written
+    only for projects with a budget; the purge drops past days' rows.
+    """
+
+    class What(models.TextChoices):
+        NOTES = "notes"
+        MESSAGES = "messages"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    what = models.CharField(max_length=8, choices=What.choices)
+    used = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "day", "what"], name="daily_usage_unique_day"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project_id} {self.day} {self.what}: {self.used}"
 
 
 # --- operators' audit trail ----------------------------------------------------------

@@ -11,6 +11,7 @@ notes wait for it, so that nothing after authentication reads them again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from django.db.models import (
     Count,
@@ -22,6 +23,7 @@ from django.db.models import (
     QuerySet,
     Subquery,
 )
+from django.utils import timezone
 
 from common import limits
 from common.prepared import Prepared, PreparedObjects
@@ -40,6 +42,7 @@ from mailbox.models import (
     AuditRecord,
     Conversation,
     CrossProjectOptIn,
+    DailyUsage,
     FreedToken,
     Note,
     Participant,
@@ -140,6 +143,36 @@ def name_sessions_open(handle: str) -> list[Session]:
         Session.objects.filter(name=name, ended_at__isnull=True)
         .select_related("name", "workspace__project")
         .order_by("started_at", "id")
+    )
+
+
+@dataclass(frozen=True)
+class PolicyUse:
+    """A project's caps and how much of each it uses now (SPEC §8), for operators."""
+
+    daily_note_budget: int
+    notes_used_today: int
+    daily_message_budget: int
+    messages_used_today: int
+    max_connected_sessions: int
+    connected: int
+
+
+def project_policy_use(project: Project, *, now: datetime | None = None) -> PolicyUse:
+    """Today's budget counters (UTC) and the connected sessions: two queries."""
+    now = now or timezone.now()
+    used = dict(
+        DailyUsage.objects.filter(project=project, day=now.astimezone(UTC).date()).values_list(
+            "what", "used"
+        )
+    )
+    return PolicyUse(
+        daily_note_budget=project.daily_note_budget,
+        notes_used_today=used.get(DailyUsage.What.NOTES, 0),
+        daily_message_budget=project.daily_message_budget,
+        messages_used_today=used.get(DailyUsage.What.MESSAGES, 0),
+        max_connected_sessions=project.max_connected_sessions,
+        connected=Session.objects.connected(now).filter(workspace__project=project).count(),
     )
 
 

@@ -29,6 +29,7 @@ from django.db import connections
 
 from common.locks import held_alone
 from mailbox.services import notes_bounce
+from rooms.services.retention import purge_run
 
 logger = logging.getLogger("plumb.jobs")
 
@@ -53,9 +54,17 @@ def _bounce() -> object:
     return notes_bounce()
 
 
+def _purge() -> object:
+    return purge_run()
+
+
 # Every periodic job. The bounce sweep runs often enough that a note bounces
-# within a minute of its time (SPEC §3.6).
-JOBS: tuple[Job, ...] = (Job("notes_bounce", every=10.0, run=_bounce),)
+# within a minute of its time (SPEC §3.6); the retention purge hourly (SPEC §8),
+# in short batches, so that traffic never queues long behind it.
+JOBS: tuple[Job, ...] = (
+    Job("notes_bounce", every=10.0, run=_bounce),
+    Job("retention_purge", every=3600.0, run=_purge),
+)
 
 
 class Runner:

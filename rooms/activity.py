@@ -1,9 +1,10 @@
 """Each project at a glance, for the admin home: who is connected, what waits, how busy.
 
-Six queries whatever the data, each grouped by project: projects, connected
-sessions, pending notes, notes bounced in the last 24 hours (by their
-sender's project; the partial index ``note_bounced`` holds bounced notes
-only), then messages and notes of the last 24 hours by hour. It lives in
+Eight queries whatever the data, each grouped by project: projects (with
+their caps), connected sessions, pending notes, notes bounced in the last 24
+hours (by their sender's project; the partial index ``note_bounced`` holds
+bounced notes only), today's budget counters, rooms paused now, then
+messages and notes of the last 24 hours by hour. It lives in
 ``rooms`` because it reads both halves of plumb, and only ``rooms`` may
 import ``mailbox``.
 
@@ -27,10 +28,13 @@ from django.db.models import BigIntegerField, Count, Model, Q, Subquery, Value
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
-from mailbox.models import Note, Project, Session
-from rooms.models import Message
+from mailbox.models import DailyUsage, Note, Project, Session
+from mailbox.services.budgets import budget_day
+from rooms.models import Message, Room
 
 HOURS = 24
+# The caps read with each project.
+_PROJECT_CAPS = ("max_connected_sessions", "daily_note_budget", "daily_message_budget")
 
 
 @dataclass
@@ -48,6 +52,13 @@ class ProjectActivity:
     notes_last_day: int = 0
     messages_by_hour: list[int] = field(default_factory=lambda: [0] * HOURS)
     notes_by_hour: list[int] = field(default_factory=lambda: [0] * HOURS)
+    # Its policy (SPEC §8) and each cap's use: 0 is "none" for a cap.
+    max_connected_sessions: int = 0
+    daily_note_budget: int = 0
+    daily_message_budget: int = 0
+    notes_used_today: int = 0
+    messages_used_today: int = 0
+    rooms_paused: int = 0
 
     def add(self, other: ProjectActivity) -> None:
         for name in (
@@ -57,6 +68,9 @@ class ProjectActivity:
             "messages_last_hour",
             "messages_last_day",
             "notes_last_day",
+            "notes_used_today",
+            "messages_used_today",
+            "rooms_paused",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for mine, theirs in (
@@ -82,8 +96,12 @@ def activity_by_project(now: datetime | None = None) -> Activity:
     day_ago, hour_ago = now - timedelta(days=1), now - timedelta(hours=1)
 
     projects = {
-        pk: ProjectActivity(pk=pk, slug=slug, name=name)
-        for pk, slug, name in Project.objects.order_by("slug").values_list("pk", "slug", "name")
+        pk: ProjectActivity(
+            pk=pk, slug=slug, name=name, **dict(zip(_PROJECT_CAPS, caps, strict=True))
+        )
+        for pk, slug, name, *caps in Project.objects.order_by("slug").values_list(
+            "pk", "slug", "name", *_PROJECT_CAPS
+        )
     }
     unknown = defaultdict(lambda: ProjectActivity(pk=None, slug="", name=""))
 
@@ -102,6 +120,12 @@ def activity_by_project(now: datetime | None = None) -> Activity:
     bounced = Note.objects.filter(bounced_at__gte=day_ago, sender_name__isnull=False)
     for pk, count in _grouped(bounced, "sender_name__workspace__project_id"):
         of(pk).bounced_last_day = count
+
+    used = DailyUsage.objects.filter(day=budget_day(now)).values_list("project_id", "what", "used")
+    for pk, what, count in used:
+        setattr(of(pk), f"{what}_used_today", count)
+    for pk, count in _grouped(Room.objects.filter(paused_until__gt=now), "project_id"):
+        of(pk).rooms_paused = count
 
     messages = (
         Message.objects.filter(_created_since(Message, day_ago))

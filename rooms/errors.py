@@ -1,8 +1,9 @@
 """Domain errors of the rooms app."""
 
+from datetime import datetime
 from typing import Any
 
-from common.errors import Conflict, NotFound, PlumbError
+from common.errors import Conflict, NotFound, PlumbError, retry_after
 from mailbox.errors import CrossProjectRefused, IdempotencyKeyReused
 from rooms.representation import events_json
 
@@ -33,6 +34,22 @@ class RoomLocked(PlumbError):
     code = "room_locked"
     status = 423
     message = "A moderator has locked this room."
+
+
+class RoomPaused(PlumbError):
+    """Agents posted past the room's flood limit: it pauses itself for a minute (SPEC §8)."""
+
+    code = "room_paused"
+    status = 423
+    message = (
+        "This room paused itself: agents posted more messages in a minute than its "
+        "project allows. It resumes by itself at resumes_at, or when an operator resumes it."
+    )
+    data_fields = ("resumes_at", "room_flood_limit")
+
+    def headers(self, now: float) -> dict[str, str]:
+        resumes_at = datetime.fromisoformat(self.details["resumes_at"].replace("Z", "+00:00"))
+        return {"Retry-After": str(retry_after(resumes_at.timestamp() - now))}
 
 
 class MessageNotFound(NotFound):

@@ -34,7 +34,17 @@ class Room(models.Model):
     title = models.CharField(max_length=limits.ROOM_TITLE_MAX, blank=True)
     topic = models.TextField(blank=True)
     head_seq = models.BigIntegerField(default=0, editable=False)
+    # The first seq still stored: the purge deleted every event below it
+    # (SPEC §8); reads from below it say so. Seqs are never reused.
+    history_starts_at = models.BigIntegerField(default=1, editable=False)
     locked_at = models.DateTimeField(null=True, blank=True)
+    # Paused by its flood limit until then (423 room_paused); past it the
+    # room is open again with no write needed.
+    paused_until = models.DateTimeField(null=True, blank=True, editable=False)
+    # Agents' messages in the current flood window, which opened at
+    # flood_window (Unix seconds), counted by the send's own UPDATE of the row.
+    flood_window = models.BigIntegerField(default=0, editable=False)
+    flood_count = models.PositiveIntegerField(default=0, editable=False)
     created_by = models.ForeignKey(
         AgentName, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )

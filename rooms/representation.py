@@ -160,12 +160,16 @@ def message_receipts_body(message, read_by: list[str], unread_by: list[str]) -> 
 
 
 def events_read_body(read) -> dict:
-    return {
+    body = {
         "events": events_json(read.events),
         "latest_seq": read.latest_seq,
         "read_seq": read.read_seq,
         "has_more": read.has_more,
     }
+    if read.history_starts_at is not None:
+        # The read started below the first event the purge kept (SPEC §4.3).
+        body["history_starts_at"] = read.history_starts_at
+    return body
 
 
 def review_body(room, event) -> dict:

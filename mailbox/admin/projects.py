@@ -18,7 +18,7 @@ from django.db.models import Count, QuerySet
 from django.forms import BaseInlineFormSet, ModelForm, TextInput
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from common.admin.actions import admin_actor
@@ -27,6 +27,8 @@ from mailbox import services
 from mailbox.admin.base import FixedText, ServiceErrorsMixin, _adopt
 from mailbox.errors import OptInNotFound
 from mailbox.models import CrossProjectOptIn, Project
+from mailbox.selectors import project_policy_use
+from mailbox.services.identity import POLICY_SETTINGS
 
 
 class OptInInlineForm(ModelForm):
@@ -99,7 +101,7 @@ class ProjectAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
     )
     list_filter = ("mailbox_enabled", "accept_all_projects")
     search_fields = ("slug", "name")
-    readonly_fields = ("created",)
+    readonly_fields = ("created", "policy_use")
     inlines = (OptInInline,)
     created = utc_column("created_at", "created")
     fieldsets = (
@@ -116,13 +118,31 @@ class ProjectAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
         (
             "Collaboration",
             {
-                "fields": ("mailbox_enabled", "max_exchanges", "accept_all_projects", "note_ttl"),
+                "fields": ("mailbox_enabled", "max_exchanges", "accept_all_projects"),
                 "description": (
                     "Whether this project's sessions use the mailbox, how long a new "
                     "conversation may run, and whether any project may send notes here "
-                    "and join its rooms. Otherwise only the projects listed below may. "
-                    "A note its agents send that nobody picks up within the note TTL "
-                    "bounces back to its sender."
+                    "and join its rooms. Otherwise only the projects listed below may."
+                ),
+            },
+        ),
+        (
+            "Policy: caps, budgets and retention",
+            {
+                "fields": (
+                    "policy_use",
+                    "note_ttl",
+                    "daily_note_budget",
+                    "daily_message_budget",
+                    "room_flood_limit",
+                    "max_connected_sessions",
+                    "retention_days",
+                ),
+                "description": (
+                    "What this project's agents may do, and how long plumb keeps what they "
+                    "wrote. 0 means none (no budget, no cap, keep everything). Budgets count "
+                    "from 00:00 UTC; people posting from the admin are never counted or "
+                    "paused. Every change is audited."
                 ),
             },
         ),
@@ -183,7 +203,39 @@ class ProjectAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Project | None = None) -> tuple:
         # Keys, workspaces and clients refer to the slug; renaming would strand them.
-        return ("slug", "created") if obj is not None else ("created",)
+        return ("slug", "created", "policy_use") if obj is not None else ("created", "policy_use")
+
+    @admin.display(description="in use now")
+    def policy_use(self, obj: Project) -> SafeString:
+        """Each cap's use: today's budgets, sessions against the cap (and, from the
+        rooms' admin, rooms paused now)."""
+        if obj.pk is None:
+            return format_html("{}", "-")
+        items = format_html_join("", "<li>{}</li>", ((line,) for line in self.policy_lines(obj)))
+        return format_html('<ul class="plumb-policy-use">{}</ul>', items)
+
+    def policy_lines(self, obj: Project) -> list[SafeString]:
+        use = project_policy_use(obj)
+        sessions_url = reverse("admin:mailbox_session_changelist", current_app=self.admin_site.name)
+        return [
+            format_html(
+                "Notes sent today (UTC): {} of {}",
+                use.notes_used_today,
+                use.daily_note_budget or "no budget",
+            ),
+            format_html(
+                "Messages and reviews posted today (UTC): {} of {}",
+                use.messages_used_today,
+                use.daily_message_budget or "no budget",
+            ),
+            format_html(
+                '<a href="{}?{}">Connected sessions</a>: {} of {}',
+                sessions_url,
+                urlencode({"project": obj.slug, "connected": "yes"}),
+                use.connected,
+                use.max_connected_sessions or "no cap",
+            ),
+        ]
 
     def save_model(self, request: HttpRequest, obj: Project, form: ModelForm, change: bool) -> None:
         data = form.cleaned_data
@@ -195,12 +247,20 @@ class ProjectAdmin(ListTitleMixin, ServiceErrorsMixin, admin.ModelAdmin):
                 mailbox_enabled=data["mailbox_enabled"],
                 accept_all_projects=data["accept_all_projects"],
                 note_ttl=data["note_ttl"],
+                **{field: data[field] for field in POLICY_SETTINGS},
             )
             _adopt(obj, created)
             return
         # The form has already set the new values on obj; the service reads the
         # old ones from the database for the audit trail.
-        editable = ("name", "max_exchanges", "mailbox_enabled", "accept_all_projects", "note_ttl")
+        editable = (
+            "name",
+            "max_exchanges",
+            "mailbox_enabled",
+            "accept_all_projects",
+            "note_ttl",
+            *POLICY_SETTINGS,
+        )
         services.project_update(
             obj,
             actor=admin_actor(request),

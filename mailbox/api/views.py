@@ -12,6 +12,7 @@ from mailbox.api import serializers as s
 from mailbox.api.auth import IsProjectKey, ProjectKeyAuthentication
 from mailbox.api.base import PlumbApiView, SessionApiView, parsed_body
 from mailbox.errors import (
+    BudgetExhausted,
     ConversationExhausted,
     ConversationLocked,
     ConversationNotFound,
@@ -24,6 +25,7 @@ from mailbox.errors import (
     NoteNotFound,
     RecipientAmbiguous,
     RecipientNotFound,
+    TooManySessions,
     WorkspaceNotFound,
 )
 from mailbox.throttles import ProjectKeyRateThrottle
@@ -45,7 +47,7 @@ class SessionStartApi(PlumbApiView):
         request=s.SessionStartInput,
         responses={
             201: s.SessionStartOutput,
-            **error_responses(WorkspaceNotFound, NameInUse, NameTaken),
+            **error_responses(WorkspaceNotFound, NameInUse, NameTaken, TooManySessions),
         },
         auth=[{"projectKey": []}],
         tags=["sessions"],
@@ -117,6 +119,7 @@ class NotesApi(SessionApiView):
                 ConversationExhausted,
                 ConversationLocked,
                 IdempotencyKeyReused,
+                BudgetExhausted,
             ),
         },
         auth=[{"sessionToken": []}],

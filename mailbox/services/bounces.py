@@ -58,6 +58,35 @@ def notes_bounce(*, now: datetime | None = None, batch: int = BOUNCE_BATCH) -> i
             return total
 
 
+def notes_bounce_sent_before(project: Project, cutoff: datetime, *, now: datetime) -> int:
+    """Bounce ``project``'s notes still waiting that were sent before ``cutoff``.
+
+    The retention purge runs this first (SPEC §8), whatever the notes'
+    ``note_ttl``: a note about to be purged is never deleted undelivered, it
+    bounces, and its sender hears of it. Notes of ``project`` are those its
+    agents sent, and plumb's own notices to them. Batches as ``notes_bounce``.
+    """
+    total = 0
+    waiting = Note.objects.filter(
+        of_project(project), delivered_at__isnull=True, created_at__lt=cutoff
+    )
+    while True:
+        candidates = list(waiting.order_by().values_list("id", flat=True)[:BOUNCE_BATCH])
+        if not candidates:
+            return total
+        bounced = _bounce(candidates, now)
+        total += bounced
+        if len(candidates) < BOUNCE_BATCH or not bounced:
+            return total
+
+
+def of_project(project: Project) -> Q:
+    """Notes that belong to ``project``: sent by its agents, or plumb's notices to them."""
+    return Q(sender_name__workspace__project=project) | Q(
+        sender_name__isnull=True, recipient__workspace__project=project
+    )
+
+
 def _overdue(now: datetime) -> QuerySet[Note]:
     """Notes still waiting past the ``note_ttl`` of their project: the sender's, or for
     plumb's own notes the recipient's. One query, with a condition per TTL in use."""

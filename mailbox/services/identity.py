@@ -39,12 +39,19 @@ def project_create(
     mailbox_enabled: bool = True,
     accept_all_projects: bool = False,
     note_ttl: int = NOTE_TTL_DEFAULT,
+    **policy: int,
 ) -> Project:
-    """Create a project. Raises ``validation_error`` or ``already_exists``."""
+    """Create a project. Raises ``validation_error`` or ``already_exists``.
+
+    ``policy``: any of ``POLICY_SETTINGS`` (budgets, caps, retention), each
+    checked against its range; the rest keep their defaults.
+    """
     slug_check(slug)
     text_check(name, field="name", limit=limits.PROJECT_NAME_MAX)
     _check_max_exchanges(max_exchanges)
     _check_note_ttl(note_ttl)
+    for field, value in policy.items():
+        policy_check(field, value)
     try:
         # The savepoint keeps a caller's outer transaction usable after a clash.
         with transaction.atomic():
@@ -55,6 +62,7 @@ def project_create(
                 mailbox_enabled=mailbox_enabled,
                 accept_all_projects=accept_all_projects,
                 note_ttl=note_ttl,
+                **policy,
             )
     except IntegrityError:
         raise AlreadyExists(f"Project {slug!r} already exists.") from None
@@ -67,7 +75,36 @@ _PROJECT_SETTING_ACTIONS = {
     "max_exchanges": "project.max_exchanges",
     "accept_all_projects": "project.accept_all_projects",
     "note_ttl": "project.note_ttl",
+    "daily_note_budget": "project.daily_note_budget",
+    "daily_message_budget": "project.daily_message_budget",
+    "room_flood_limit": "project.room_flood_limit",
+    "max_connected_sessions": "project.max_connected_sessions",
+    "retention_days": "project.retention_days",
 }
+
+# The operator policy of SPEC §8 besides note_ttl: each a whole number from 0
+# ("none") to its limit. The limits only keep arithmetic and clients sane.
+POLICY_SETTINGS: dict[str, int] = {
+    "daily_note_budget": 10_000_000,
+    "daily_message_budget": 10_000_000,
+    "room_flood_limit": 100_000,
+    "max_connected_sessions": 1_000_000,
+    "retention_days": 36_500,
+}
+
+
+def policy_check(field: str, value: object) -> int:
+    """One policy setting's value; ``validation_error`` outside 0 … its limit."""
+    if field not in POLICY_SETTINGS:
+        raise TypeError(f"{field!r} is not a policy setting")
+    limit = POLICY_SETTINGS[field]
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
+        raise ValidationFailed.field(
+            field,
+            f"Must be from 0 to {limit}.",
+            f"{field} must be a whole number from 0 (none) to {limit}.",
+        )
+    return value
 
 
 def project_update(
@@ -79,8 +116,12 @@ def project_update(
     mailbox_enabled: bool | None = None,
     accept_all_projects: bool | None = None,
     note_ttl: int | None = None,
+    **policy: int | None,
 ) -> Project:
-    """Change a project's name, collab settings or note TTL; raises ``validation_error``.
+    """Change a project's name, collab settings, note TTL or policy; raises ``validation_error``.
+
+    ``policy``: any of ``POLICY_SETTINGS``; a new budget or cap bites at the
+    next write it counts, a new retention at the next purge.
 
     ``accept_all_projects`` is an opt-in to every project and the mailbox
     switch decides whether the project's sessions may talk at all, so each
@@ -109,6 +150,9 @@ def project_update(
     if note_ttl is not None:
         _check_note_ttl(note_ttl)
         wanted["note_ttl"] = note_ttl
+    for field, value in policy.items():
+        if value is not None:
+            wanted[field] = policy_check(field, value)
     with transaction.atomic():
         # The row lock (on SQLite, the IMMEDIATE transaction's write lock) orders
         # racing updates: each reads the value the previous one committed.

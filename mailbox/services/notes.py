@@ -31,12 +31,14 @@ from mailbox.models import (
     AgentName,
     AuthorKind,
     Conversation,
+    DailyUsage,
     Note,
     Participant,
     Session,
 )
 from mailbox.selectors import open_sessions_of_name_locked, optin_allows
 from mailbox.services.audit import audit_record, reason_check
+from mailbox.services.budgets import budget_spend
 
 NEXT = "next"
 
@@ -74,9 +76,12 @@ def note_leave(
     Raises ``validation_error``, ``body_too_large``, ``recipient_not_found``,
     ``recipient_ambiguous``, ``mailbox_disabled``, ``cross_project_refused``,
     ``conversation_not_found``, ``not_a_participant``, ``conversation_locked``,
-    ``conversation_exhausted`` and ``idempotency_key_reused``. Every check runs
-    before anything is written, so a refused note stores nothing and leaves its
-    idempotency key unused. Locks the conversation row while counting.
+    ``conversation_exhausted``, ``idempotency_key_reused`` and
+    ``budget_exhausted`` (the sender project's ``daily_note_budget``, counted
+    in this transaction: ``budgets.budget_spend``). Every check runs before
+    anything is written, so a refused note stores nothing and leaves its
+    idempotency key unused. Locks the conversation row while counting, then
+    the day's budget counter.
 
     People (``mailbox.services.people``) leave notes here too, from the admin:
     theirs name their recipient (``next`` is a workspace's, and a person has
@@ -206,6 +211,17 @@ def _store(
                     cap=conversation.cap, conversation_id=conversation.public_id
                 )
 
+        # Last of the checks, so that a refusal above takes nothing from the budget;
+        # a refusal here rolls back the whole transaction.
+        sender_project = session.workspace.project
+        budget_spend(
+            sender_project,
+            DailyUsage.What.NOTES,
+            budget=sender_project.daily_note_budget,
+            author_kind=session.name.kind,
+            now=now,
+            cursor=cursor,
+        )
         bound_id = None
         if addressee.is_next:
             delivery = Note.Delivery.NEXT

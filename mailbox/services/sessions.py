@@ -25,18 +25,26 @@ from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from common import limits
+from common import limits, metrics
 from common.errors import ValidationFailed
 from common.pause import pause_point
 from common.prepared import Prepared, PreparedInsert, PreparedObjects
 from mailbox import credentials, wakeups
-from mailbox.errors import InvalidName, KeyRevoked, NameInUse, NameTaken, WorkspaceNotFound
+from mailbox.errors import (
+    InvalidName,
+    KeyRevoked,
+    NameInUse,
+    NameTaken,
+    TooManySessions,
+    WorkspaceNotFound,
+)
 from mailbox.models import (
     AgentName,
     AuthorKind,
     FreedToken,
     McpSession,
     Note,
+    Project,
     ProjectKey,
     Session,
     Workspace,
@@ -137,18 +145,21 @@ def session_start(
 
     Raises ``workspace_not_found`` (also for the people's workspace, where no
     agent starts a session), ``validation_error`` (malformed or reserved name),
-    ``name_taken`` (bound to another workspace, or a person's handle), ``name_in_use`` (held by a
-    connected session) and ``key_revoked`` (``project_key`` was revoked, even
-    after the caller's authentication read it). Stale sessions of the name
-    are ended here, so that the partial unique index on open sessions stays
+    ``name_taken`` (bound to another workspace, or a person's handle),
+    ``name_in_use`` (held by a connected session), ``key_revoked``
+    (``project_key`` was revoked, even after the caller's authentication read
+    it) and ``too_many_sessions`` (the project's ``max_connected_sessions``
+    are connected; ``_check_session_cap``). Stale sessions of the name are
+    ended here, so that the partial unique index on open sessions stays
     satisfiable. Without ``name``, generated names that are over are freed
     first (``names_free``), then a free one is drawn; the name is disposable
     until someone relies on it, and claiming it by name here does.
 
-    Locks the key row, then the name row, then the name's open sessions.
-    The key lock is what orders a start against ``key_revoke`` (see there):
-    the start either commits before the revocation's ending statement runs,
-    and is ended by it, or reads the revoked key and refuses. Starts with one
+    Locks the key row, then the name row, then the name's open sessions,
+    then (with a session cap) the project row. The key lock is what orders a
+    start against ``key_revoke`` (see there): the start either commits
+    before the revocation's ending statement runs, and is ended by it, or
+    reads the revoked key and refuses. Starts with one
     key therefore queue on PostgreSQL for the few milliseconds of each
     other's transaction (the per-key rate limit bounds how many there are).
     Each attempt is a transaction of its own, which no caller may wrap; a
@@ -250,6 +261,8 @@ def _try_start_named(
             raise NameInUse(f"The name {handle!r} is held by a connected session.")
         if open_sessions:
             sessions_end([pk for pk, _ in open_sessions], now=now, reason=Session.EndReason.EXPIRED)
+        if workspace.project.max_connected_sessions:
+            _check_session_cap(workspace.project, now=now)
         token = credentials.generate(credentials.SESSION_TOKEN)
         highest = _highest_note.rows(cursor=cursor)
         session = Session(
@@ -268,6 +281,31 @@ def _try_start_named(
         pause_point("session.started")
     session.workspace = workspace
     return StartedSession(session=session, token=token.raw)
+
+
+def _check_session_cap(project: Project, *, now: datetime) -> None:
+    """``too_many_sessions`` if the project has its ``max_connected_sessions`` connected.
+
+    Racing starts of one project are ordered by its row, locked here (FOR NO
+    KEY UPDATE: it blocks other starts of the project, not the inserts that
+    merely refer to it), so each counts the sessions the previous one
+    committed and N starts at the edge let exactly the cap through. The cap
+    itself is read under that lock. On SQLite the IMMEDIATE transaction
+    already runs one start at a time. Projects without a cap never get here.
+    """
+    cap = (
+        Project.objects.select_for_update(no_key=True)
+        .filter(pk=project.pk)
+        .values_list("max_connected_sessions", flat=True)
+        .first()
+    )
+    pause_point("sessions.cap_locked")
+    if not cap:
+        return
+    connected = Session.objects.connected(now).filter(workspace__project_id=project.pk).count()
+    if connected >= cap:
+        metrics.CAP_REFUSALS.labels(cap="max_connected_sessions").inc()
+        raise TooManySessions(max_connected_sessions=cap, connected=connected)
 
 
 def _lock_active_key(project_key: ProjectKey, cursor) -> None:

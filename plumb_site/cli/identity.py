@@ -37,8 +37,22 @@ def project_summary(project: Project) -> str:
         f"name {project.name!r}, mailbox {on_off_text(project.mailbox_enabled)}, "
         f"max_exchanges {project.max_exchanges}, "
         f"accept_all_projects {on_off_text(project.accept_all_projects)}, "
-        f"note_ttl {project.note_ttl}"
+        f"note_ttl {project.note_ttl}, "
+        + ", ".join(f"{field} {getattr(project, field)}" for field in POLICY_OPTIONS)
     )
+
+
+# The policy options of `project create|set` (SPEC §8): setting, help.
+POLICY_OPTIONS = {
+    "daily_note_budget": "Notes the project's agents may send per UTC day (0: no budget).",
+    "daily_message_budget": "Room messages and reviews the project's agents may post per UTC "
+    "day (0: no budget).",
+    "room_flood_limit": "Messages agents may post in a minute in one of the project's rooms "
+    "before it pauses itself for a minute (default 120; 0: no limit).",
+    "max_connected_sessions": "Sessions of the project that may be connected at once (0: no cap).",
+    "retention_days": "Days notes and room events are kept; older ones are purged hourly "
+    "(0: keep everything).",
+}
 
 
 # --- projects ---------------------------------------------------------------------------
@@ -53,7 +67,9 @@ def _add_project_commands(groups: argparse._SubParsersAction) -> None:
     _add_project_options(create)
     create.set_defaults(handler=project_create)
 
-    update = actions.add_parser("set", help="Change a project's name or collab settings.")
+    update = actions.add_parser(
+        "set", help="Change a project's name, collab settings, caps, budgets or retention."
+    )
     update.add_argument("slug")
     _add_project_options(update)
     update.set_defaults(handler=project_set)
@@ -91,6 +107,10 @@ def _add_project_options(parser: CommandParser) -> None:
         help="Seconds a note of the project's agents may wait to be picked up before it "
         "bounces (at least 1; default 604800, 7 days).",
     )
+    for field, why in POLICY_OPTIONS.items():
+        parser.add_argument(
+            "--" + field.replace("_", "-"), type=whole_number, metavar="N", dest=field, help=why
+        )
 
 
 def _project_changes(options: dict[str, Any]) -> dict[str, Any]:
@@ -100,6 +120,7 @@ def _project_changes(options: dict[str, Any]) -> dict[str, Any]:
         "mailbox_enabled": options["mailbox"],
         "accept_all_projects": options["accept_all_projects"],
         "note_ttl": options["note_ttl"],
+        **{field: options[field] for field in POLICY_OPTIONS},
     }
     return {field: value for field, value in given.items() if value is not None}
 

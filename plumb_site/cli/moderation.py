@@ -29,12 +29,15 @@ from plumb_site.cli.text import (
     timestamp,
 )
 from rooms import selectors, services
-from rooms.models import Event
+from rooms.models import Event, Room
 
 
 def add_parsers(groups: argparse._SubParsersAction) -> None:
     room = _group(
-        groups, "room", "List rooms; lock or unlock one (sends refused with 423 room_locked)."
+        groups,
+        "room",
+        "List rooms; lock or unlock one (sends refused with 423 room_locked), or resume one "
+        "that paused itself (423 room_paused).",
     )
     listing = room.add_parser(
         "list", help="Rooms, newest first: slug, project, latest seq, members, state, title."
@@ -45,6 +48,7 @@ def add_parsers(groups: argparse._SubParsersAction) -> None:
     for action, handler, why in (
         ("lock", room_lock, "Refuse sends and reviews in ROOM; reading goes on."),
         ("unlock", room_unlock, "Let ROOM's members send again."),
+        ("resume", room_resume, "Resume ROOM, paused by its flood limit, before its time."),
     ):
         parser = room.add_parser(action, help=why)
         parser.add_argument("room", metavar="ROOM", help="Room slug.")
@@ -147,7 +151,7 @@ def room_list(out: Console, options: dict[str, Any]) -> None:
             room.project.slug,
             str(room.head_seq),
             str(room.members_count),
-            "locked" if room.locked else "open",
+            _room_state(room),
             timestamp(room.created_at),
             peer_cell(room.title),
         ]
@@ -156,6 +160,20 @@ def room_list(out: Console, options: dict[str, Any]) -> None:
     header = ["ROOM", "PROJECT", "LATEST_SEQ", "MEMBERS", "STATE", "CREATED", "TITLE"]
     for line in table(header, rows):
         out.say(line)
+
+
+def _room_state(room: Room) -> str:
+    if room.locked:
+        return "locked"
+    return "paused" if services.room_paused_now(room) else "open"
+
+
+def room_resume(out: Console, options: dict[str, Any]) -> None:
+    room = selectors.room_get_for_operator(options["room"])
+    event = services.room_resume(room, actor=operator_name(), reason=options["reason"])
+    out.say(
+        _done(event, done=f"Resumed room {room.slug}", already=f"Room {room.slug} is not paused")
+    )
 
 
 def room_lock(out: Console, options: dict[str, Any]) -> None:

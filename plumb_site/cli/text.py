@@ -36,6 +36,8 @@ class Console(Protocol):
 
     def hint(self, line: str) -> None: ...
 
+    def write(self, text: str) -> None: ...
+
 
 Handler = Callable[[Console, dict[str, Any]], None]
 

@@ -16,6 +16,7 @@ Split by entity; importing the package registers every model admin:
 * ``rooms``: rooms (lock, unlock, transcript) with their members inline;
 * ``members``: members (mute, unmute, remove);
 * ``messages``: messages (hide, unhide) and events, read-only;
+* ``projects``: the project page again, with rooms paused now and the export;
 * ``base``: what those share: view-only object pages, the list filters, a
   member's state badges, changelist links.
 
@@ -24,6 +25,6 @@ rooms' models and services, ``rooms.transcripts`` and ``common.markdown``;
 never another entity module. ``base`` imports no sibling at all.
 """
 
-from rooms.admin import members, messages, rooms
+from rooms.admin import members, messages, projects, rooms
 
-__all__ = ["members", "messages", "rooms"]
+__all__ = ["members", "messages", "projects", "rooms"]

@@ -13,6 +13,7 @@ from django.db.models import Case, OuterRef, Q, QuerySet, Subquery, When
 from django.db.models.fields.json import KT
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
@@ -73,6 +74,21 @@ class RoomLockedFilter(_StateFilter):
     parameter_name = "locked"
     field = "locked_at"
     labels = ("Locked", "Open")
+
+
+class RoomPausedFilter(admin.SimpleListFilter):
+    """Rooms paused now by their flood limit (a pause past its time is over)."""
+
+    title = "paused"
+    parameter_name = "paused"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
+        return [("yes", "Paused now")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "yes":
+            return queryset.filter(paused_until__gt=timezone.now())
+        return queryset
 
 
 class MemberMutedFilter(_StateFilter):

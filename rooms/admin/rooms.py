@@ -32,6 +32,7 @@ from rooms.admin import people
 from rooms.admin.base import (
     ProjectFilter,
     RoomLockedFilter,
+    RoomPausedFilter,
     _changelist,
     _member_state,
     _ViewOnlyObjectsMixin,
@@ -97,7 +98,7 @@ class RoomAdmin(
         "created",
     )
     list_select_related = ("project",)
-    list_filter = (RoomLockedFilter, ProjectFilter)
+    list_filter = (RoomLockedFilter, RoomPausedFilter, ProjectFilter)
     search_fields = ("slug", "title", "project__slug")
     search_help_text = "Room slug, title or project slug."
     fields = (
@@ -114,7 +115,7 @@ class RoomAdmin(
     readonly_fields = fields
     created = utc_column("created_at", "created")
     inlines = (MemberInline,)
-    actions = ("lock_rooms", "unlock_rooms")
+    actions = ("lock_rooms", "unlock_rooms", "resume_rooms")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Room]:
         # A correlated subquery per listed row, inside the page's one query; the
@@ -145,6 +146,12 @@ class RoomAdmin(
 
     @admin.display(description="state", ordering="locked_at")
     def state(self, room: Room) -> SafeString:
+        if room.locked_at is None and services.room_paused_now(room):
+            return format_html(
+                '{} <span class="plumb-muted">until {}</span>',
+                badge("paused", "warn"),
+                utc_time(room.paused_until),
+            )
         if room.locked_at is None:
             return badge("open", "ok")
         return format_html(
@@ -197,6 +204,22 @@ class RoomAdmin(
         select_related=("project",),
     )
 
+    resume_rooms = reason_action(
+        description="Resume selected paused rooms…",
+        title="Resume rooms",
+        button="Resume",
+        required=False,
+        help_text="A room pauses itself for a minute when agents post past its project's "
+        "room_flood_limit; resuming lets sends through at once. Members see the reason in "
+        "the stream.",
+        apply=lambda room, actor, reason: (
+            services.room_resume(room, actor=actor, reason=reason) is not None
+        ),
+        done="Resumed {n} room(s).",
+        unchanged="{n} room(s) were not paused and were left as they were.",
+        select_related=("project",),
+    )
+
     def object_tools(self, request: HttpRequest, obj: Room) -> list[ToolButton]:
         tools = [
             ToolButton(
@@ -206,6 +229,8 @@ class RoomAdmin(
                 ),
             )
         ]
+        if services.room_paused_now(obj):
+            tools += self.reason_tools(request, [("resume_rooms", "Resume…", False)])
         if obj.locked:
             return tools + self.reason_tools(request, [("unlock_rooms", "Unlock…", False)])
         return tools + self.reason_tools(request, [("lock_rooms", "Lock…", True)])

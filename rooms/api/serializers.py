@@ -267,6 +267,12 @@ class EventsReadOutput(EnvelopeSerializer):
     latest_seq = serializers.IntegerField()
     read_seq = serializers.IntegerField()
     has_more = serializers.BooleanField()
+    history_starts_at = serializers.IntegerField(
+        required=False,
+        help_text="Only when the read started below the room's first kept event: that "
+        "event's seq. Older events were purged (the project's retention_days); seqs are "
+        "never reused.",
+    )
 
 
 class ActivityRoomSerializer(serializers.Serializer):

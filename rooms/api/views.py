@@ -8,6 +8,7 @@ from common.errors import BodyTooLarge, StoredBodyTooLarge
 from common.schema import error_responses
 from common.validation import validated
 from mailbox.api.base import SessionApiView
+from mailbox.errors import BudgetExhausted
 from rooms import representation, selectors, services
 from rooms.api import serializers as s
 from rooms.errors import (
@@ -20,6 +21,7 @@ from rooms.errors import (
     RoomExists,
     RoomLocked,
     RoomNotFound,
+    RoomPaused,
     UnreadMessages,
 )
 
@@ -145,6 +147,8 @@ class MessagesApi(SessionApiView):
                 UnreadMessages,
                 MessageIdempotencyKeyReused,
                 RoomLocked,
+                RoomPaused,
+                BudgetExhausted,
             ),
         },
         auth=SESSION_AUTH,
@@ -228,6 +232,8 @@ class ReviewApi(SessionApiView):
                 RoomNotFound,
                 MessageNotFound,
                 RoomLocked,
+                RoomPaused,
+                BudgetExhausted,
             ),
         },
         auth=SESSION_AUTH,

@@ -10,8 +10,11 @@
 - ``moderation``: hide messages, mute and remove members, lock rooms; remove
   another project's members when an opt-in is revoked.
 - ``waiting``: waiting for anything, a note or news in a joined room.
+- ``flood``: the room that pauses itself past its flood limit, and resuming it.
+- ``retention``: purging what is older than a project's ``retention_days``.
 """
 
+from rooms.services.flood import room_paused_now, room_resume
 from rooms.services.membership import Created, Joined, room_create, room_join, room_leave
 from rooms.services.moderation import (
     OPTIN_REVOKED_REASON,
@@ -26,6 +29,7 @@ from rooms.services.moderation import (
 )
 from rooms.services.people import person_message_send, person_review_add
 from rooms.services.reading import EventsRead, events_read, read_advance, read_position_set
+from rooms.services.retention import Purged, purge_run
 from rooms.services.reviews import review_add
 from rooms.services.sending import MessageSent, message_send
 from rooms.services.waiting import Activity, activity_wait
@@ -37,6 +41,7 @@ __all__ = [
     "EventsRead",
     "Joined",
     "MessageSent",
+    "Purged",
     "activity_wait",
     "events_read",
     "member_mute",
@@ -48,6 +53,7 @@ __all__ = [
     "message_unhide",
     "person_message_send",
     "person_review_add",
+    "purge_run",
     "read_advance",
     "read_position_set",
     "review_add",
@@ -55,5 +61,7 @@ __all__ = [
     "room_join",
     "room_leave",
     "room_lock",
+    "room_paused_now",
+    "room_resume",
     "room_unlock",
 ]

@@ -58,6 +58,8 @@ class EventsRead:
     has_more: bool
     read_seq: int
     latest_seq: int
+    # The room's first kept seq when the read started below it (SPEC §4.3); else None.
+    history_starts_at: int | None = None
 
 
 def events_read(
@@ -126,7 +128,13 @@ def _read(
         read_advance(member, _received_up_to(room, member.name_id, seen, events, kinds))
     latest = max(room.head_seq, events[-1].seq if events else 0)
     return EventsRead(
-        room=room, events=events, has_more=has_more, read_seq=member.read_seq, latest_seq=latest
+        room=room,
+        events=events,
+        has_more=has_more,
+        read_seq=member.read_seq,
+        latest_seq=latest,
+        # Purged events were below history_starts_at: a read from there says so.
+        history_starts_at=room.history_starts_at if start + 1 < room.history_starts_at else None,
     )
 
 

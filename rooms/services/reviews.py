@@ -8,12 +8,15 @@ leave cannot land between the checks and the event they allow.
 from __future__ import annotations
 
 from django.db import transaction
+from django.utils import timezone
 
 from common.bodies import body_prepare, idempotency_key_check
 from common.errors import ValidationFailed
-from mailbox.models import Session
+from mailbox.models import AuthorKind, DailyUsage, Session
+from mailbox.services.budgets import budget_spend
 from rooms.errors import MemberMuted, MessageNotFound, ReviewIdempotencyKeyReused, RoomLocked
 from rooms.models import Event, Message, Room
+from rooms.services.flood import room_pause_check
 from rooms.services.stream import append_event, current_member, lock_room
 
 
@@ -29,8 +32,10 @@ def review_add(
     """Review a message: a ``review`` event with its own seq (it counts for require_read).
 
     Raises ``validation_error``, ``body_too_large``, ``room_not_found``,
-    ``not_a_member``, ``member_muted``, ``room_locked``, ``message_not_found``
-    and ``idempotency_key_reused``.
+    ``not_a_member``, ``member_muted``, ``room_locked``, ``room_paused`` (an
+    agent's review waits out its room's pause), ``message_not_found``,
+    ``budget_exhausted`` (reviews count against ``daily_message_budget``) and
+    ``idempotency_key_reused``.
 
     ``idempotency_key`` (unique per reviewer and room; the admin's review
     forms send one, so a form sent twice reviews once): a review with a key
@@ -58,9 +63,20 @@ def review_add(
             raise MemberMuted()
         if room.locked:
             raise RoomLocked()
+        now = timezone.now()
+        if session.name.kind == AuthorKind.AGENT:
+            room_pause_check(room, limit=room.project.room_flood_limit, now=now)
         message = Message.objects.filter(room=room, public_id=message_id).first()
         if message is None:
             raise MessageNotFound()
+        project = session.workspace.project
+        budget_spend(
+            project,
+            DailyUsage.What.MESSAGES,
+            budget=project.daily_message_budget,
+            author_kind=session.name.kind,
+            now=now,
+        )
         event = append_event(
             room,
             kind=Event.Kind.REVIEW,

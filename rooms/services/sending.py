@@ -15,6 +15,7 @@ the members it resolved against are still the members (``_mentions_resolve``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -34,7 +35,9 @@ from common.prepared import (
     instances_from_row,
 )
 from common.text import visible
-from mailbox.models import Session
+from mailbox.models import AuthorKind, DailyUsage, Session
+from mailbox.representation import timestamp
+from mailbox.services.budgets import budget_spend
 from rooms import mentions as mention_rules
 from rooms.errors import (
     MemberMuted,
@@ -43,6 +46,7 @@ from rooms.errors import (
     ReplyToNotFound,
     RoomLocked,
     RoomNotFound,
+    RoomPaused,
     UnreadMessages,
 )
 from rooms.models import Event, Member, Message, MessageMention, Room
@@ -52,6 +56,7 @@ from rooms.selectors import (
     unseen_from_ordinals,
     with_event_relations,
 )
+from rooms.services.flood import flood_step, room_pause, room_pause_check
 from rooms.services.stream import append_event, members_changed_since
 
 MAX_UNSEEN_LISTED = 50
@@ -60,6 +65,14 @@ MAX_UNSEEN_LISTED = 50
 # (common.prepared). Rooms have no signal receivers.
 _insert_message = PreparedInsert(Message)
 _advance_read_seq = PreparedUpdate(Member, ["read_seq"], where='"read_seq" < %s')
+
+
+@dataclass(frozen=True)
+class _Paused:
+    """What a send that tipped its room over the flood limit returns instead of a message."""
+
+    until: datetime
+    limit: int
 
 
 @dataclass
@@ -90,8 +103,11 @@ def message_send(
     lock is taken, and used under it unless the members changed in between
     (``_mentions_resolve``). Raises ``validation_error``, ``body_too_large``,
     ``room_not_found``, ``not_a_member``, ``member_muted``, ``room_locked``,
-    ``message_not_found``, ``unread_messages`` and ``idempotency_key_reused``.
-    A refused send stores nothing, so its idempotency key stays unused.
+    ``message_not_found``, ``unread_messages``, ``idempotency_key_reused``,
+    ``room_paused`` (the room's flood limit: ``rooms.services.flood``) and
+    ``budget_exhausted`` (the sender project's ``daily_message_budget``).
+    A refused send stores nothing, so its idempotency key stays unused; the
+    one send that pauses its room stores the pause and its event instead.
     """
     prepared = body_prepare(body)
     idempotency_key_check(idempotency_key)
@@ -128,6 +144,9 @@ def message_send(
             )
         if sent is None:
             raise
+    if isinstance(sent, _Paused):
+        # This send paused the room (its transaction committed the pause alone).
+        raise RoomPaused(resumes_at=timestamp(sent.until), room_flood_limit=sent.limit)
     if not sent.replayed:
         # _send_locked's transaction is durable: the message is committed by now.
         metrics.ROOM_MESSAGES_SENT.inc()
@@ -141,7 +160,7 @@ def message_send(
 # unseen count above the reference point (after_seq, else the read position)
 # and the new message's ordinals; and whether anything from others sits above
 # the read position. Index look-ups only, however much the caller has not read.
-_FIGURES = ("total", "seen", "own", "own_seen", "newer")
+_FIGURES = ("total", "seen", "own", "own_seen", "newer", "flood_limit")
 _room_for_send = Prepared(
     lambda slug, name_id, after_seq: (
         Room.objects.select_for_update(of=("self",))
@@ -171,6 +190,8 @@ _room_for_send = Prepared(
                 .order_by("seq")
                 .values("seq")[:1]
             ),
+            # The room's project's, read with the room: the flood count costs no query.
+            flood_limit=F("project__room_flood_limit"),
         )
         .order_by()
         .values_list(
@@ -205,6 +226,7 @@ class _SendState:
     own: int  # the caller's messages in the room
     own_seen: int  # the caller's messages up to the reference point
     newer: int | None  # seq of the first event from others above the caller's read position
+    flood_limit: int  # the room's project's room_flood_limit
 
 
 def _lock_room_for_send(slug: str, name_id: int, after_seq: int | None, cursor) -> _SendState:
@@ -229,7 +251,7 @@ def _send_locked(
     idempotency_key: str | None,
     after_seq: int | None,
     require_read: bool,
-) -> MessageSent:
+) -> MessageSent | _Paused:
     # One cursor for the send's own statements: opening one costs more than
     # SQLite needs for each of them.
     # Durable: a send is its own unit of work; inside a caller's longer
@@ -250,6 +272,11 @@ def _send_locked(
             raise MemberMuted()
         if room.locked:
             raise RoomLocked()
+        now = timezone.now()
+        # People are neither paused nor counted: only agents loop.
+        agent = session.name.kind == AuthorKind.AGENT
+        if agent:
+            room_pause_check(room, limit=state.flood_limit, now=now)
         parent = None
         if reply_to is not None:
             parent = Message.objects.filter(room=room, public_id=reply_to).first()
@@ -278,7 +305,20 @@ def _send_locked(
             "unresolved_mentions": resolved["unresolved"],
             "mention_warnings": resolved["warnings"],
         }
-        now = timezone.now()
+        flood = flood_step(room, state.flood_limit, now) if agent else None
+        if flood is not None and flood.count > state.flood_limit:
+            # Committed with this transaction; the send itself is refused after it.
+            until = room_pause(room, limit=state.flood_limit, now=now, cursor=cursor)
+            return _Paused(until=until, limit=state.flood_limit)
+        project = session.workspace.project
+        budget_spend(
+            project,
+            DailyUsage.What.MESSAGES,
+            budget=project.daily_message_budget,
+            author_kind=session.name.kind,
+            now=now,
+            cursor=cursor,
+        )
         message = Message(
             room=room,
             seq=room.head_seq + 1,
@@ -302,6 +342,7 @@ def _send_locked(
             actor_display_name=member.display_name,
             message=message,
             created_at=now,
+            flood=(flood.window, flood.count) if flood is not None else None,
         )
         if resolved["names"]:
             MessageMention.objects.bulk_create(

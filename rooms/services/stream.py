@@ -93,16 +93,31 @@ def members_changed_since(room: Room, seq: int) -> bool:
 # Every event goes through these; their SQL is built once per process
 # (common.prepared). Rooms have no signal receivers.
 _set_head_seq = PreparedUpdate(Room, ["head_seq"])
+_set_head_seq_and_flood = PreparedUpdate(Room, ["head_seq", "flood_window", "flood_count"])
 _insert_event = PreparedInsert(Event)
 
 
-def append_event(room: Room, cursor=None, **fields: Any) -> Event:
+def append_event(
+    room: Room, cursor=None, *, flood: tuple[int, int] | None = None, **fields: Any
+) -> Event:
     """Insert the room's next event. The caller holds the room row lock.
 
     ``cursor``: the caller's open cursor, if it has one, to run the statements on.
+    ``flood``: the room's flood window and count with this event
+    (``rooms.services.flood``), written by the same UPDATE as the head seq.
     """
     room.head_seq += 1
-    _set_head_seq.update(room.pk, cursor=cursor, head_seq=room.head_seq)
+    if flood is None:
+        _set_head_seq.update(room.pk, cursor=cursor, head_seq=room.head_seq)
+    else:
+        room.flood_window, room.flood_count = flood
+        _set_head_seq_and_flood.update(
+            room.pk,
+            cursor=cursor,
+            head_seq=room.head_seq,
+            flood_window=room.flood_window,
+            flood_count=room.flood_count,
+        )
     event = Event(room=room, seq=room.head_seq, **fields)
     _insert_event.insert(event, cursor=cursor)
     # At the commit, not now: a waiter woken before it would find nothing and

@@ -37,7 +37,9 @@ def a_day_of_activity() -> None:
     this_hour = now.replace(minute=0, second=0, microsecond=0)
     projects = []
     for slug, name in (("acme", "Acme Robotics"), ("partner", "Partner Labs")):
-        workspace = WorkspaceFactory(project=ProjectFactory(slug=slug, name=name), slug="main")
+        # A day compressed into seconds: no flood limit while it is seeded.
+        project = ProjectFactory(slug=slug, name=name, room_flood_limit=0)
+        workspace = WorkspaceFactory(project=project, slug="main")
         sender = SessionFactory(workspace=workspace, name=f"{slug}-lead")
         SessionFactory(workspace=workspace, name=f"{slug}-helper")
         room_services.room_create(sender, slug=f"{slug}-ops")

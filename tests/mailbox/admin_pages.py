@@ -6,6 +6,7 @@ from rest_framework.test import APIClient
 
 from common.admin.actions import CONFIRM_FIELD
 from mailbox.models import CrossProjectOptIn, Project
+from mailbox.services.identity import POLICY_SETTINGS
 
 MODELS = ["project", "crossprojectoptin", "projectkey", "workspace", "agentname", "session"]
 
@@ -41,12 +42,22 @@ def optin_inline_data(*, initial: list[CrossProjectOptIn] = (), new: list[dict] 
     return data
 
 
+def _policy_value(project: Project | None, field: str) -> int:
+    return getattr(project, field) if project else Project._meta.get_field(field).default
+
+
 def project_form_data(project: Project | None = None, **overrides: object) -> dict:
     data = {
         "name": project.name if project else "",
         "max_exchanges": str(project.max_exchanges if project else 20),
         "mailbox_enabled": "on",
         "note_ttl": str(project.note_ttl if project else 604800),
+        **{
+            field: str(
+                getattr(project, field) if project else Project._meta.get_field(field).default
+            )
+            for field in POLICY_SETTINGS
+        },
     }
     data.update(overrides)
     return {key: value for key, value in data.items() if value is not None}

@@ -113,5 +113,8 @@ def test_the_runner_thread_runs_due_jobs_and_stops_when_told(monkeypatch):
     assert not runner._thread.is_alive()
 
 
-def test_the_server_runs_the_bounce_sweep():
-    assert [(job.name, job.every) for job in jobs.JOBS] == [("notes_bounce", 10.0)]
+def test_the_server_runs_the_bounce_sweep_and_the_hourly_retention_purge():
+    assert [(job.name, job.every) for job in jobs.JOBS] == [
+        ("notes_bounce", 10.0),
+        ("retention_purge", 3600.0),
+    ]

@@ -6,10 +6,13 @@ them run in the room ``general`` of ``tests/rooms/conftest.py``.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import datetime
 
 from django.utils import timezone
 
+from mailbox.models import ROOM_FLOOD_LIMIT_DEFAULT, Project
 from rooms.models import Event, Member, Message, MessageMention, Room
 from tests.conftest import client_for
 
@@ -17,6 +20,18 @@ ROOMS = "/api/v1/rooms/"
 MENTIONS = "/api/v1/mentions/"
 GITHUB_TOKEN = "ghp_" + "a1B2c3D4e5" * 4
 REDACTED = "[REDACTED:github_token]"
+
+
+@contextlib.contextmanager
+def flood_limit_lifted(project_id: int) -> Iterator[None]:
+    """Seeding posts faster than the default flood limit allows: lifted meanwhile."""
+    project = Project.objects.filter(pk=project_id)
+    project.update(room_flood_limit=0)
+    try:
+        yield
+    finally:
+        project.update(room_flood_limit=ROOM_FLOOD_LIMIT_DEFAULT)
+
 
 SEND_FIELDS = {
     "message",

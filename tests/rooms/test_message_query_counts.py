@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from rooms import services
 from tests.factories import SessionFactory
-from tests.rooms.messaging import head_seq, read, send
+from tests.rooms.messaging import flood_limit_lifted, head_seq, read, send
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("_no_rate_limits")]
 
@@ -38,6 +38,11 @@ REFUSAL_QUERIES = 7 + ROOM_LOCKED_FIRST
 def seed_room(slug: str, *, members: int, events: int, workspace) -> list:
     """A room with ``members`` members and ``events`` events, made through the services:
     joins, messages with mentions, replies and reviews."""
+    with flood_limit_lifted(workspace.project_id):
+        return _seed_room(slug, members=members, events=events, workspace=workspace)
+
+
+def _seed_room(slug: str, *, members: int, events: int, workspace) -> list:
     sessions = [SessionFactory(workspace=workspace, name=f"{slug}-m{i}") for i in range(members)]
     services.room_create(sessions[0], slug=slug)
     for session in sessions[1:]:

@@ -17,6 +17,7 @@ from rooms import services
 from rooms.models import Event, Member, Message, Room
 from tests.conftest import assert_error, client_for
 from tests.factories import OptInFactory, ProjectFactory, SessionFactory, WorkspaceFactory
+from tests.rooms.messaging import flood_limit_lifted
 
 pytestmark = pytest.mark.django_db
 
@@ -673,8 +674,9 @@ def seed_room(slug: str, *, members: int, events: int, workspace) -> list:
     services.room_create(sessions[0], slug=slug)
     for session in sessions[1:]:
         services.room_join(session, slug)
-    for i in range(events - members):
-        services.message_send(sessions[i % members], slug, body=f"message {i} for @{slug}-m0")
+    with flood_limit_lifted(workspace.project_id):
+        for i in range(events - members):
+            services.message_send(sessions[i % members], slug, body=f"message {i} for @{slug}-m0")
     assert head_seq(slug) == events
     return sessions
 

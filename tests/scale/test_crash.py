@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pytest
 from django.db import connection
 
-from mailbox.models import Note
+from mailbox.models import Note, Project
 from rooms.models import Message, Room
 from tests.factories import SessionFactory, WorkspaceFactory
 from tests.scale.harness import (
@@ -182,6 +182,8 @@ class Clients:
 def test_kill_9_of_every_server_process_loses_and_duplicates_nothing(own_server, own_api):
     server, api = own_server, own_api
     workspace = WorkspaceFactory(slug="main")
+    # Its clients post as fast as they can on purpose: no flood limit pauses their room.
+    Project.objects.filter(pk=workspace.project_id).update(room_flood_limit=0)
     noters = [SessionFactory(workspace=workspace, name=f"noter-{i}") for i in range(NOTE_CLIENTS)]
     talkers = [SessionFactory(workspace=workspace, name=f"talker-{i}") for i in range(ROOM_CLIENTS)]
     bob = SessionFactory(workspace=workspace, name="bob")

@@ -16,7 +16,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.errors import PlumbError
-from plumb_site.cli import connect, identity, moderation, sessions
+from plumb_site.cli import connect, identity, moderation, policy, sessions
 from plumb_site.cli.text import COMMAND, command
 
 # Where an operator finds the ids a not-found error is about: the listing that shows them.
@@ -34,8 +34,8 @@ class Command(BaseCommand):
     help = (
         "Operator actions for scripts: projects, workspaces, project keys, cross-project "
         "opt-ins, room and conversation moderation, listings of rooms, messages and notes, "
-        "sessions, the audit trail, an agent's MCP client configuration, and the bootstrap "
-        "that `make serve` runs."
+        "sessions, the audit trail, exports and the retention purge, an agent's MCP client "
+        "configuration, and the bootstrap that `make serve` runs."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -49,6 +49,7 @@ class Command(BaseCommand):
         identity.add_parsers(groups)
         moderation.add_parsers(groups)
         sessions.add_parsers(groups)
+        policy.add_parsers(groups)
         connect.add_parsers(groups)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -65,6 +66,10 @@ class Command(BaseCommand):
 
     def say(self, line: str = "") -> None:
         self.stdout.write(line)
+
+    def write(self, text: str) -> None:
+        """Text as it is, with no newline added: a stream of lines that end in their own."""
+        self.stdout.write(text, ending="")
 
     def hint(self, line: str) -> None:
         """Guidance beside machine-readable output; on stderr, uncoloured, not an error."""
