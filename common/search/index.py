@@ -1,0 +1,278 @@
+"""The full-text index of a table of texts, on SQLite (FTS5) and PostgreSQL (tsvector).
+
+Each indexed table (messages, notes) has an index table of its own beside it,
+one row per text, keyed by the text's id:
+
+* **SQLite**: an FTS5 table, ``rowid`` = the text's id, one column
+  ``document`` holding ``common.search.text.document(body)``. Its ``ascii``
+  tokenizer splits at the spaces that document puts between words and at
+  nothing else (FTS5 counts every non-ASCII character as part of a word).
+* **PostgreSQL**: a plain table (``<key>`` = the text's id, ``document
+  tsvector``) with a GIN index. The ``tsvector`` is written as a literal built
+  here from the same words, positions included: no text-search
+  configuration, parser or dictionary touches it, so the two databases hold
+  the same words at the same positions.
+
+Rows are written by the services that store texts, in the same transaction
+(``insert``). Rows of texts that are deleted go with them, by triggers on the
+source table on both databases (row by row on SQLite; per statement, and on
+TRUNCATE, on PostgreSQL), so a retention purge deletes texts and nothing
+else. Searches join the index to the source table, so a text that is gone is
+never found, whatever the index holds.
+
+Queries reach the database as a compiled form of ``common.search.query``'s
+tree: an FTS5 MATCH string in which every word is a quoted string, or a
+``tsquery`` literal of quoted lexemes. User text is never FTS syntax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+
+from common.search.query import Query, Term
+from common.search.text import document, words
+
+# PostgreSQL keeps at most this many positions per lexeme, and no position past
+# the last one here; FTS5 keeps them all. A phrase is found on both while its
+# words sit within the first 16,383 words of a text, and each word of it among
+# that word's first 256 occurrences.
+_PG_POSITIONS_PER_WORD = 256
+_PG_POSITION_MAX = 16383
+
+
+@dataclass(frozen=True)
+class SearchIndex:
+    """The index table ``table`` of the texts in ``source.body``.
+
+    ``key``: the column of the index table that holds the text's id on
+    PostgreSQL (on SQLite it is the FTS5 ``rowid``).
+    """
+
+    table: str
+    source: str
+    key: str
+
+    # --- writing ---------------------------------------------------------------------
+
+    def insert(self, pk: int, text: str, *, cursor: Any, using: str = "default") -> None:
+        """Index the text ``pk`` holds, on ``cursor``, in the caller's transaction.
+
+        ``text`` is the stored body; ``prepare`` it first (outside any lock) and
+        pass the result to ``insert_prepared`` to keep the work off the lock.
+        """
+        self.insert_prepared(pk, self.prepare(text, using=using), cursor=cursor, using=using)
+
+    def prepare(self, text: str, *, using: str = "default") -> str:
+        """What ``insert_prepared`` writes for ``text``: its words, in this database's form."""
+        return _prepared(text, connections[using].vendor)
+
+    def insert_prepared(
+        self, pk: int, prepared: str, *, cursor: Any, using: str = "default"
+    ) -> None:
+        cursor.execute(self._insert_sql(connections[using].vendor), [pk, prepared])
+
+    def _insert_sql(self, vendor: str) -> str:
+        if vendor == "postgresql":
+            return f'INSERT INTO "{self.table}" ("{self.key}", document) VALUES (%s, %s::tsvector)'
+        return f'INSERT INTO "{self.table}" (rowid, document) VALUES (%s, %s)'
+
+    # --- creating and filling ------------------------------------------------------------
+
+    def create(self, schema_editor: Any) -> None:
+        """Create the index table and the triggers that delete rows with their texts.
+
+        The GIN index is not created here: ``fill`` builds it once the rows are in.
+        """
+        t, s, k = self.table, self.source, self.key
+        if schema_editor.connection.vendor == "postgresql":
+            statements = [
+                f'CREATE TABLE "{t}" ("{k}" bigint PRIMARY KEY, document tsvector NOT NULL)',
+                # Per statement, through the deleted rows: a purge of thousands
+                # of texts deletes their index rows in one statement.
+                f'CREATE FUNCTION "{t}_forget"() RETURNS trigger LANGUAGE plpgsql AS $$ '
+                f'BEGIN DELETE FROM "{t}" WHERE "{k}" IN (SELECT id FROM gone); '
+                "RETURN NULL; END $$",
+                f'CREATE TRIGGER "{t}_forget" AFTER DELETE ON "{s}" REFERENCING OLD TABLE AS '
+                f'gone FOR EACH STATEMENT EXECUTE FUNCTION "{t}_forget"()',
+                # No foreign key: one would refuse a TRUNCATE of the texts (as
+                # Django's test flush runs) unless it named this table too.
+                f'CREATE FUNCTION "{t}_truncate"() RETURNS trigger LANGUAGE plpgsql AS $$ '
+                f'BEGIN TRUNCATE "{t}"; RETURN NULL; END $$',
+                f'CREATE TRIGGER "{t}_truncate" AFTER TRUNCATE ON "{s}" '
+                f'FOR EACH STATEMENT EXECUTE FUNCTION "{t}_truncate"()',
+            ]
+        else:
+            statements = [
+                f"CREATE VIRTUAL TABLE \"{t}\" USING fts5(document, tokenize = 'ascii')",
+                # Django rebuilds a SQLite table for some schema changes, and the
+                # rebuild drops its triggers: tests/search/test_index.py deletes
+                # a text and looks for its row, so a lost trigger is noticed.
+                f'CREATE TRIGGER "{t}_forget" AFTER DELETE ON "{s}" '
+                f'BEGIN DELETE FROM "{t}" WHERE rowid = OLD.id; END',
+            ]
+        for statement in statements:
+            schema_editor.execute(statement, params=None)
+
+    def drop(self, schema_editor: Any) -> None:
+        t = self.table
+        if schema_editor.connection.vendor == "postgresql":
+            statements = [
+                f'DROP TRIGGER IF EXISTS "{t}_forget" ON "{self.source}"',
+                f'DROP TRIGGER IF EXISTS "{t}_truncate" ON "{self.source}"',
+                f'DROP FUNCTION IF EXISTS "{t}_forget"()',
+                f'DROP FUNCTION IF EXISTS "{t}_truncate"()',
+                f'DROP TABLE IF EXISTS "{t}"',
+            ]
+        else:
+            statements = [f'DROP TRIGGER IF EXISTS "{t}_forget"', f'DROP TABLE IF EXISTS "{t}"']
+        for statement in statements:
+            schema_editor.execute(statement, params=None)
+
+    def fill(self, connection: Any, *, batch: int = 2000) -> int:
+        """Index every text of ``source`` that has no row yet, ``batch`` at a time, by id.
+
+        For the migration that creates the index (so that an upgraded server
+        finds old history) and for bulk loads. Memory stays flat: one batch of
+        bodies at a time. Builds the GIN index on PostgreSQL if it is missing,
+        and merges FTS5's segments on SQLite. Returns how many texts it indexed.
+        """
+        vendor = connection.vendor
+        sql = self._insert_sql(vendor)
+        done = 0
+        with connection.cursor() as cursor:
+            for rows in self._unindexed(cursor, vendor, batch):
+                prepared = [(pk, _prepared(body, vendor)) for pk, body in rows]
+                cursor.executemany(sql, prepared)
+                done += len(prepared)
+            if vendor == "postgresql":
+                cursor.execute(
+                    f'CREATE INDEX IF NOT EXISTS "{self.table}_document" ON "{self.table}" '
+                    "USING gin (document)"
+                )
+            else:
+                cursor.execute(f'INSERT INTO "{self.table}" ("{self.table}") VALUES (\'optimize\')')
+        return done
+
+    def _unindexed(self, cursor: Any, vendor: str, batch: int) -> Iterator[list[tuple[int, str]]]:
+        indexed = "rowid" if vendor != "postgresql" else f'"{self.key}"'
+        after = 0
+        while True:
+            cursor.execute(
+                f'SELECT s.id, s.body FROM "{self.source}" s WHERE s.id > %s AND NOT EXISTS '
+                f'(SELECT 1 FROM "{self.table}" i WHERE i.{indexed} = s.id) ORDER BY s.id LIMIT %s',
+                [after, batch],
+            )
+            rows = cursor.fetchall()
+            if not rows:
+                return
+            yield rows
+            after = rows[-1][0]
+
+    # --- searching -------------------------------------------------------------------
+
+    def matches(self, query: Query, *, vendor: str, alias: str) -> Match:
+        """How a search joins this index to rows of ``source`` aliased ``alias``."""
+        if vendor == "postgresql":
+            compiled = tsquery(query)
+            return Match(
+                joins=f'JOIN "{self.table}" ON "{self.table}"."{self.key}" = {alias}.id',
+                where=f'"{self.table}".document @@ %s::tsquery',
+                where_params=[compiled],
+                # Higher is better; ts_rank's normalisation 1 divides by 1 + the
+                # log of the document's length, as bm25 favours shorter texts.
+                score=f'CAST(ts_rank("{self.table}".document, %s::tsquery, 1) * 1000000 AS bigint)',
+                score_params=[compiled],
+                newest_first=f'"{self.table}"."{self.key}" DESC',
+            )
+        return Match(
+            joins=f'JOIN "{self.table}" ON "{self.table}".rowid = {alias}.id',
+            where=f'"{self.table}" MATCH %s',
+            where_params=[fts5_match(query)],
+            # bm25 is lower for better matches; in millionths, so that a
+            # cursor compares whole numbers.
+            score=f'CAST(-"{self.table}".rank * 1000000 AS INTEGER)',
+            score_params=[],
+            newest_first=f'"{self.table}".rowid DESC',
+        )
+
+    def matching_ids(self, query: Query, *, vendor: str) -> tuple[str, list[str]]:
+        """``SELECT`` of the ids of every text matching ``query``, and its parameters."""
+        if vendor == "postgresql":
+            return (
+                f'SELECT "{self.key}" FROM "{self.table}" WHERE document @@ %s::tsquery',
+                [tsquery(query)],
+            )
+        return f'SELECT rowid FROM "{self.table}" WHERE "{self.table}" MATCH %s', [
+            fts5_match(query)
+        ]
+
+
+def _prepared(text: str, vendor: str) -> str:
+    return tsvector_literal(words(text)) if vendor == "postgresql" else document(text)
+
+
+@dataclass(frozen=True)
+class Match:
+    """SQL fragments of one search of one index, with their parameters in order."""
+
+    joins: str
+    where: str
+    where_params: list[str]
+    score: str
+    score_params: list[str]
+    newest_first: str
+
+
+# --- compiling a query --------------------------------------------------------------------
+
+
+def fts5_match(query: Query) -> str:
+    """``query`` as an FTS5 MATCH expression: every term a quoted string.
+
+    ``"cache key"`` is a phrase, ``"deplo" *`` a prefix, ``(a AND b) NOT c``
+    an exclusion. Inside a quoted string FTS5 reads no operator, column name
+    or keyword, and a ``"`` is written twice.
+    """
+    positive = " AND ".join(_fts5_term(t) for t in query.include)
+    return f"({positive})" + "".join(f" NOT {_fts5_term(t)}" for t in query.exclude)
+
+
+def _fts5_term(term: Term) -> str:
+    quoted = '"' + " ".join(term.words).replace('"', '""') + '"'
+    return quoted + " *" if term.prefix else quoted
+
+
+def tsquery(query: Query) -> str:
+    """``query`` as a ``tsquery`` literal: quoted lexemes, ``<->`` for phrases, ``:*``
+    for a prefix, ``!`` to exclude. Read with ``::tsquery``, no parser or dictionary."""
+    parts = [_tsquery_term(t) for t in query.include]
+    parts += [f"!{_tsquery_term(t)}" for t in query.exclude]
+    return " & ".join(parts)
+
+
+def _lexeme(word: str) -> str:
+    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _tsquery_term(term: Term) -> str:
+    lexemes = [_lexeme(w) for w in term.words]
+    if term.prefix:
+        lexemes[-1] += ":*"
+    return lexemes[0] if len(lexemes) == 1 else "(" + " <-> ".join(lexemes) + ")"
+
+
+def tsvector_literal(found: list[str]) -> str:
+    """The words of a text as a ``tsvector`` literal, each with its positions from 1."""
+    positions: dict[str, list[int]] = {}
+    for position, word in enumerate(found, 1):
+        kept = positions.setdefault(word, [])
+        if len(kept) < _PG_POSITIONS_PER_WORD and position <= _PG_POSITION_MAX:
+            kept.append(position)
+    return " ".join(
+        _lexeme(word) + (":" + ",".join(map(str, kept)) if kept else "")
+        for word, kept in positions.items()
+    )
