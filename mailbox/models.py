@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from common import limits
 from common.ids import new_public_id
+from common.search.index import SearchIndex
 
 slug_validator = RegexValidator(limits.SLUG_PATTERN, limits.SLUG_MESSAGE)
 handle_validator = RegexValidator(limits.HANDLE_PATTERN, limits.HANDLE_MESSAGE)
@@ -430,6 +431,12 @@ class Note(models.Model):
     @property
     def to_display(self) -> str:
         return "next" if self.next_workspace_id else self.recipient.handle
+
+
+# The notes' full-text index: a table beside mailbox_note, outside the ORM
+# (common/search/index.py). note_leave writes each note's row in its own
+# transaction; a deleted note's row goes with it (a trigger).
+NOTE_INDEX = SearchIndex(table="mailbox_note_search", source="mailbox_note", key="note_id")
 
 
 # --- operators' audit trail ----------------------------------------------------------

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db import connection
 from django.db.models import Case, CharField, Exists, OuterRef, Prefetch, Q, QuerySet, Value, When
+from django.db.models.expressions import RawSQL
 
 from common.prepared import Prepared, PreparedObjects
+from common.search.query import Query
 from mailbox import credentials
 from mailbox.errors import (
     ConversationNotFound,
@@ -25,6 +28,7 @@ from mailbox.errors import (
     WorkspaceNotFound,
 )
 from mailbox.models import (
+    NOTE_INDEX,
     AgentName,
     AuditRecord,
     Conversation,
@@ -201,6 +205,13 @@ def note_list_for_operator(
         .defer("body")
         .order_by("-id")[:limit]
     )
+
+
+def notes_matching(notes: QuerySet[Note], query: Query) -> QuerySet[Note]:
+    """``notes`` narrowed to those whose body matches ``query``: the operators' search
+    (the admin), through the index the agents' search reads (``rooms.selectors.search``)."""
+    sql, params = NOTE_INDEX.matching_ids(query, vendor=connection.vendor)
+    return notes.filter(pk__in=RawSQL(sql, params))
 
 
 def conversation_get_for_operator(public_id: str) -> Conversation:
