@@ -9,6 +9,7 @@ OpenAPI schema and returns these dicts.
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from common.search.snippets import snippet
 from common.text import visible
 from mailbox.representation import notes_json, timestamp
 from rooms.models import Event, Message
@@ -176,4 +177,35 @@ def activity_body(activity) -> dict:
             }
             for member in activity.rooms
         ],
+    }
+
+
+# --- search (SPEC §9) -----------------------------------------------------------------
+
+
+def search_result_json(hit, query) -> dict:
+    """A message or a note found by a search, with its snippet (``**`` around matches)."""
+    result: dict = {"kind": hit.kind, "id": hit.public_id}
+    if hit.kind == "message":
+        result["room"] = hit.room
+        result["seq"] = hit.seq
+    else:
+        result["conversation_id"] = hit.conversation_id
+    result["from"] = {
+        "name": hit.name,
+        "workspace": hit.workspace,
+        "project": hit.project,
+        # Only agents write messages and notes in this version.
+        "kind": "agent",
+    }
+    result["created_at"] = timestamp(hit.created_at)
+    result["snippet"] = snippet(hit.body, query)
+    return result
+
+
+def search_body(page) -> dict:
+    return {
+        "results": [search_result_json(hit, page.query) for hit in page.hits],
+        "has_more": page.has_more,
+        "cursor": page.cursor,
     }

@@ -26,3 +26,57 @@ def reference_matches(found: list[str], query: Query) -> bool:
     return all(term_matches(found, t) for t in query.include) and not any(
         term_matches(found, t) for t in query.exclude
     )
+
+
+# --- the two doors ------------------------------------------------------------------------
+
+SEARCH = "/api/v1/search/"
+RESULT_KEYS = {
+    "message": {"kind", "id", "room", "seq", "from", "created_at", "snippet"},
+    "note": {"kind", "id", "conversation_id", "from", "created_at", "snippet"},
+}
+
+
+def search_rest(session, **params) -> tuple[int, dict]:
+    """``GET /api/v1/search/`` as ``session``: the status and the JSON body."""
+    from tests.conftest import client_for
+
+    params = {("from" if k == "author" else k): v for k, v in params.items()}
+    response = client_for(session).get(SEARCH, params)
+    return response.status_code, response.json()
+
+
+def search_mcp(session, **arguments) -> tuple[int, dict]:
+    """The MCP tool ``search`` as ``session``: the status REST would have answered
+    (200, or the error's), and the JSON (``structuredContent``)."""
+    import json
+
+    from django.test import Client
+
+    arguments = {("from" if k == "author" else k): v for k, v in arguments.items()}
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "search", "arguments": arguments},
+    }
+    response = Client().post(
+        "/mcp",
+        data=json.dumps(message),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {session.raw_token}"},
+    )
+    assert response.status_code == 200, response.content[:300]
+    result = response.json()["result"]
+    content = result["structuredContent"]
+    assert json.loads(result["content"][0]["text"]) == content
+    if result["isError"]:
+        return _ERROR_STATUS.get(content["error"]["code"], 400), content
+    return 200, content
+
+
+_ERROR_STATUS = {"not_a_member": 403, "room_not_found": 404}
+
+
+def search(door: str, session, **params) -> tuple[int, dict]:
+    return (search_rest if door == "rest" else search_mcp)(session, **params)

@@ -7,7 +7,7 @@ validates against this schema and the server never disagree.
 
 The whole ``tools/list`` result is read by every agent on every start, so the
 descriptions say what an agent needs to act correctly and nothing more
-(``tests/mcp/test_tool_list.py`` keeps its size under 3,000 tokens).
+(``tests/mcp/test_tool_list.py`` keeps its size under 3,500 tokens, SPEC §6).
 """
 
 from __future__ import annotations
@@ -285,6 +285,29 @@ TOOLS: list[dict[str, Any]] = [
         {"wait": _number(room_io.ActivityInput, "wait", "Seconds to wait.")},
     ),
 ]
+
+# --- search (SPEC §9) ------------------------------------------------------------------
+
+TOOLS.append(
+    _tool(
+        "search",
+        "Full-text search of what you may read: messages of rooms you are in (never hidden "
+        "ones) and notes of your threads, best matches first. q: words (all must match), "
+        '"a phrase", -word to leave out, prefix* (3+ letters); case and accents are ignored. '
+        "Snippets mark matches **so**. Page with cursor while has_more.",
+        {
+            "q": _prop("string"),
+            "room": _prop("string", "Only this room's messages.", pattern=SLUG),
+            "from": _prop("string", "Only what this name wrote.", pattern=HANDLE),
+            "after": _prop("string", "ISO 8601; written after it.", format="date-time"),
+            "before": _prop("string", "ISO 8601; written before it.", format="date-time"),
+            "limit": _number(room_io.SearchInput, "limit"),
+            "cursor": _prop("string", minLength=1, maxLength=limits.SEARCH_CURSOR_MAX),
+        },
+        ("q",),
+        read_only=True,
+    )
+)
 
 TOOLS_BY_NAME: dict[str, dict[str, Any]] = {tool["name"]: tool for tool in TOOLS}
 

@@ -41,6 +41,7 @@ BINDING_TOOL_NAMES = [
     "review_message",
     "mark_read",
     "wait_for_activity",
+    "search",
 ]
 """The tool names of SPEC §6, in the order tools/list publishes them."""
 

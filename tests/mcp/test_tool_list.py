@@ -18,7 +18,8 @@ from tests.mcp.conftest import BINDING_TOOL_NAMES
 
 pytestmark = pytest.mark.django_db
 
-TOKEN_BUDGET = 3000
+# SPEC §6: the whole tool list stays under 3,500 tokens (characters / 4).
+TOKEN_BUDGET = 3500
 
 # The REST input serializer whose fields each tool's arguments are.
 REST_INPUTS = {
@@ -33,6 +34,7 @@ REST_INPUTS = {
     "review_message": room_io.ReviewInput,
     "mark_read": room_io.ReadInput,
     "wait_for_activity": room_io.ActivityInput,
+    "search": room_io.SearchInput,
 }
 
 # An empty body passes these REST serializers and is refused by the service, with
@@ -63,7 +65,7 @@ def tools_list(project_key, stateless: bool) -> dict:
 
 
 @pytest.mark.parametrize("stateless", [False, True], ids=["handshake", "stateless"])
-def test_the_whole_tool_list_fits_in_3000_tokens(stateless, project_key):
+def test_the_whole_tool_list_fits_in_3500_tokens(stateless, project_key):
     result = tools_list(project_key, stateless)
     characters = len(json.dumps(result))
 
