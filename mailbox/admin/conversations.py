@@ -22,10 +22,12 @@ from django.utils.text import Truncator
 from common.admin.actions import reason_action
 from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge
 from common.admin.paging import LargeTableAdminMixin
+from common.admin.search import FullTextSearchMixin
 from common.markdown import render_markdown
 from common.transcripts import parse_after_seq
 from mailbox import services, transcripts
 from mailbox.models import Conversation, Note, Participant
+from mailbox.selectors import notes_matching
 
 
 class LockedFilter(admin.SimpleListFilter):
@@ -254,8 +256,12 @@ class ConversationAdmin(ListTitleMixin, ObjectToolsMixin, LargeTableAdminMixin, 
 
 
 @admin.register(Note)
-class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
-    """Notes, read-only: the agents' words as stored (secret-scrubbed before storing)."""
+class NoteAdmin(ListTitleMixin, FullTextSearchMixin, LargeTableAdminMixin, admin.ModelAdmin):
+    """Notes, read-only: the agents' words as stored (secret-scrubbed before storing).
+
+    The list says who wrote to whom and when; a search by words adds the
+    matched words of each note (FullTextSearchMixin).
+    """
 
     list_display = (
         "public_id",
@@ -268,7 +274,11 @@ class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
     )
     list_select_related = ("conversation", "sender_name", "recipient", "next_workspace__project")
     search_fields = ("=public_id", "=conversation__public_id", "sender_name__handle")
-    search_help_text = "Note or conversation id (exact), or the sender's name."
+    search_matching = notes_matching
+    search_help_text = (
+        "Note or conversation id (exact), the sender's name, or words of the body: "
+        '"a phrase", -word to leave out, prefix*.'
+    )
     ordering = ("-id",)
     fields = (
         "public_id",
