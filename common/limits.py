@@ -83,8 +83,8 @@ SEARCH_WORD_MAX = 100  # characters of an indexed word; longer words are cut to 
 SEARCH_PAGE_DEFAULT = 20
 SEARCH_PAGE_MAX = 100
 SEARCH_CURSOR_MAX = 200
-# Matches of each kind (messages, notes) ranked for one search: past it, the best
-# of the newest this many. Bounds the work of a query that matches most of history.
+# Matches of each kind (messages, notes) a search ranks: the newest this many on the
+# server. Bounds the work of a query that matches most of history.
 SEARCH_RANKED_MAX = 10_000
 
 # --- waiting ---------------------------------------------------------------------------

@@ -186,7 +186,7 @@ class SearchIndex:
                 # log of the document's length, as bm25 favours shorter texts.
                 score=f'CAST(ts_rank("{self.table}".document, %s::tsquery, 1) * 1000000 AS bigint)',
                 score_params=[compiled],
-                newest_first=f'"{self.table}"."{self.key}" DESC',
+                id=f'"{self.table}"."{self.key}"',
             )
         return Match(
             joins=f'JOIN "{self.table}" ON "{self.table}".rowid = {alias}.id',
@@ -196,7 +196,27 @@ class SearchIndex:
             # cursor compares whole numbers.
             score=f'CAST(-"{self.table}".rank * 1000000 AS INTEGER)',
             score_params=[],
-            newest_first=f'"{self.table}".rowid DESC',
+            id=f'"{self.table}".rowid',
+        )
+
+    def nth_newest(self, query: Query, *, vendor: str) -> tuple[str, list[Any]]:
+        """A scalar subquery: the id of the ``%s``-th newest text matching ``query`` with an
+        id at most ``%s`` (parameters in that order after the query's), or NULL.
+
+        Walks the index alone, newest first, reading no text: on SQLite FTS5
+        hands over matches in id order, so this stops after that many.
+        """
+        t = self.table
+        if vendor == "postgresql":
+            return (
+                f'(SELECT "{self.key}" FROM "{t}" WHERE document @@ %s::tsquery AND "{self.key}" '
+                f'<= %s ORDER BY "{self.key}" DESC LIMIT 1 OFFSET %s)',
+                [tsquery(query)],
+            )
+        return (
+            f'(SELECT rowid FROM "{t}" WHERE "{t}" MATCH %s AND rowid <= %s '
+            "ORDER BY rowid DESC LIMIT 1 OFFSET %s)",
+            [fts5_match(query)],
         )
 
     def matching_ids(self, query: Query, *, vendor: str) -> tuple[str, list[str]]:
@@ -224,7 +244,8 @@ class Match:
     where_params: list[str]
     score: str
     score_params: list[str]
-    newest_first: str
+    # The text's id as the index holds it: constraints on it narrow the index scan.
+    id: str
 
 
 # --- compiling a query --------------------------------------------------------------------

@@ -14,9 +14,11 @@ statement. One statement per page, however many rows match.
 
 **Ranking.** SQLite ranks by FTS5's bm25, PostgreSQL by ``ts_rank``
 (normalised by length), each as a whole number, higher first; ties go to the
-newest. A query matching more than ``limits.SEARCH_RANKED_MAX`` readable texts
-of a kind is ranked over the newest that many: the cost of a search is
-bounded whatever it matches, and ``before`` reaches further back.
+newest. Only the newest ``limits.SEARCH_RANKED_MAX`` matches of each kind on
+the server (of those the room, author and time filters keep, when given)
+are ranked, readable or not, so the cost of a search is bounded however much
+of history it matches: a broad query is answered from recent history, and a
+narrower one (more words, ``before``) reaches further back.
 
 **Cursor.** Opaque: the score, kind and id of the page's last result, the
 highest message and note ids when the first page was read, and a hash of the
@@ -46,7 +48,7 @@ from django.db.models.expressions import RawSQL
 from common import limits
 from common.errors import ValidationFailed
 from common.fields import MAX_BIGINT, MIN_BIGINT
-from common.search.index import Match
+from common.search.index import SearchIndex
 from common.search.query import Query, parse
 from mailbox.models import NOTE_INDEX, Session
 from rooms.errors import NotAMember, RoomNotFound
@@ -198,38 +200,56 @@ def _page_sql(
     adapt = connection.ops.adapt_datetimefield_value
     params: list[Any] = []
 
-    def kind_sql(
-        kind: int, table: str, match: Match, readable: str, author_column: str, upto: int
-    ) -> str:
-        filters = ""
-        filter_params: list[Any] = []
+    ranked = limits.SEARCH_RANKED_MAX
+
+    def filters_on(alias: str, kind: int, author_column: str) -> tuple[str, list[Any]]:
+        sql, values = "", []
         if author is not None:
-            filters += (
-                f" AND t.{author_column} = (SELECT id FROM mailbox_agentname WHERE handle = %s)"
-            )
-            filter_params.append(author)
+            sql += f" AND {alias}.{author_column} = "
+            sql += "(SELECT id FROM mailbox_agentname WHERE handle = %s)"
+            values.append(author)
         if after is not None:
-            filters += " AND t.created_at > %s"
-            filter_params.append(adapt(after))
+            sql += f" AND {alias}.created_at > %s"
+            values.append(adapt(after))
         if before is not None:
-            filters += " AND t.created_at < %s"
-            filter_params.append(adapt(before))
-        if kind == MESSAGE:
-            filters += " AND t.hidden_at IS NULL"
-            if room is not None:
-                filters += " AND t.room_id = (SELECT id FROM rooms_room WHERE slug = %s)"
-                filter_params.append(room)
+            sql += f" AND {alias}.created_at < %s"
+            values.append(adapt(before))
+        if kind == MESSAGE and room is not None:
+            sql += f" AND {alias}.room_id = (SELECT id FROM rooms_room WHERE slug = %s)"
+            values.append(room)
+        return sql, values
+
+    def kind_sql(
+        kind: int, table: str, index: SearchIndex, readable: str, author_column: str, upto: int
+    ) -> str:
+        match = index.matches(query, vendor=vendor, alias="t")
+        filters, filter_params = filters_on("t", kind, author_column)
+        # Which matches are ranked: the newest SEARCH_RANKED_MAX of the server's
+        # (of those the filters keep, when there are filters), readable or not.
+        # Found by walking the index alone, newest first, so a query matching
+        # much of history costs that many steps, and only the readable among
+        # them are joined to their rows and scored.
+        if filters:
+            inner = index.matches(query, vendor=vendor, alias="b")
+            inner_filters, inner_params = filters_on("b", kind, author_column)
+            bound = (
+                f"(SELECT b.id FROM {table} b {inner.joins} WHERE {inner.where} AND "
+                f"{inner.id} <= %s{inner_filters} ORDER BY {inner.id} DESC LIMIT 1 OFFSET %s)"
+            )
+            bound_params = [*inner.where_params, upto, *inner_params, ranked - 1]
+        else:
+            bound, bound_sql_params = index.nth_newest(query, vendor=vendor)
+            bound_params = [*bound_sql_params, upto, ranked - 1]
+        hidden = " AND t.hidden_at IS NULL" if kind == MESSAGE else ""
         params.extend(
-            [*match.score_params, session.name_id, *match.where_params, upto, *filter_params]
+            [*match.score_params, session.name_id, *match.where_params, upto, *bound_params]
         )
-        params.append(limits.SEARCH_RANKED_MAX)
-        # The newest matches first, LIMITed: on SQLite FTS5 hands rows over in
-        # rowid order, so a query matching half the history stops at the cap.
+        params.extend(filter_params)
         return (
-            f"SELECT * FROM (SELECT {kind} AS kind, t.id AS id, {match.score} AS score "
+            f"SELECT {kind} AS kind, t.id AS id, {match.score} AS score "
             f"FROM {table} t {match.joins} {readable} "
-            f"WHERE {match.where} AND t.id <= %s{filters} "
-            f"ORDER BY {match.newest_first} LIMIT %s) AS kind_{kind}"
+            f"WHERE {match.where} AND {match.id} <= %s AND {match.id} >= COALESCE({bound}, 0)"
+            f"{filters}{hidden}"
         )
 
     upto_messages = position.messages_upto if position else MAX_BIGINT
@@ -238,7 +258,7 @@ def _page_sql(
         kind_sql(
             MESSAGE,
             "rooms_message",
-            MESSAGE_INDEX.matches(query, vendor=vendor, alias="t"),
+            MESSAGE_INDEX,
             "JOIN rooms_member me ON me.room_id = t.room_id AND me.name_id = %s "
             "AND me.left_at IS NULL",
             "author_id",
@@ -250,7 +270,7 @@ def _page_sql(
             kind_sql(
                 NOTE,
                 "mailbox_note",
-                NOTE_INDEX.matches(query, vendor=vendor, alias="t"),
+                NOTE_INDEX,
                 "JOIN mailbox_participant me ON me.conversation_id = t.conversation_id "
                 "AND me.name_id = %s",
                 "sender_name_id",

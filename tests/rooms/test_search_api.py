@@ -11,6 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from common import limits
 from mailbox import services as mailbox_services
 from rooms import services
 from rooms.api.serializers import SearchResultSerializer
@@ -332,3 +333,22 @@ def test_a_page_is_one_statement_however_much_matches(workspace, alice, bob, set
 
     # Authentication (which also says whether notes wait), and the page.
     assert few == many == 2
+
+
+def test_only_the_newest_matches_on_the_server_are_ranked(monkeypatch, alice, bob, carol):
+    """A search's cost is bounded: it ranks the newest SEARCH_RANKED_MAX matches of each
+    kind on the server, readable or not; the filters narrow what those are."""
+    monkeypatch.setattr(limits, "SEARCH_RANKED_MAX", 3)
+    services.room_create(alice, slug="mine")
+    services.room_create(carol, slug="theirs")
+    old = [send(alice, "mine", f"bounded old {i}") for i in range(3)]
+    cutoff = timezone.now()
+    Message.objects.filter(public_id__in=old).update(created_at=cutoff - timedelta(hours=1))
+    newer = [send(alice, "mine", f"bounded newer {i}") for i in range(2)]
+    send(carol, "theirs", "bounded but not for alice")
+
+    _, page = search_rest(alice, q="bounded", limit=10)
+    _, back = search_rest(alice, q="bounded", before=cutoff.isoformat(), limit=10)
+
+    assert set(ids(page)) == set(newer)
+    assert set(ids(back)) == set(old)
