@@ -210,6 +210,7 @@ def note_list_for_operator(
 def notes_matching(notes: QuerySet[Note], query: Query) -> QuerySet[Note]:
     """``notes`` narrowed to those whose body matches ``query``: the operators' search
     (the admin), through the index the agents' search reads (``rooms.selectors.search``)."""
+    NOTE_INDEX.catch_up()  # SQLite's queued words first (common/search/index.py)
     sql, params = NOTE_INDEX.matching_ids(query, vendor=connection.vendor)
     return notes.filter(pk__in=RawSQL(sql, params))
 

@@ -14,11 +14,25 @@ one row per text, keyed by the text's id:
   the same words at the same positions.
 
 Rows are written by the services that store texts, in the same transaction
-(``insert``). Rows of texts that are deleted go with them, by triggers on the
-source table on both databases (row by row on SQLite; per statement, and on
-TRUNCATE, on PostgreSQL), so a retention purge deletes texts and nothing
-else. Searches join the index to the source table, so a text that is gone is
-never found, whatever the index holds.
+(``insert_prepared``). Rows of texts that are deleted go with them, by
+triggers on the source table on both databases (row by row on SQLite; per
+statement, and on TRUNCATE, on PostgreSQL), so a retention purge deletes
+texts and nothing else. Searches join the index to the source table, so a
+text that is gone is never found, whatever the index holds.
+
+**SQLite's queue.** FTS5 writes a new segment of its index at every commit
+that touched it, about 0.15 ms here, under the write lock that every writer
+of a SQLite database waits for, in a send that otherwise holds it for well
+under a millisecond: sends per second would drop by a quarter. So on
+SQLite a text's words go first into ``<table>_pending``, a plain table (one
+small insert in the send's transaction), and move into the FTS5 table in
+batches: by a trigger, in the transaction of every
+``QUEUE_BATCH``-th text, and by ``catch_up``, which every search runs before
+it reads (a read, and a write only when something waits). A text is
+therefore found by any search that starts after the call that stored it
+returned, and rarely more than ``QUEUE_BATCH`` texts wait. PostgreSQL's GIN
+index batches its own writes (``fastupdate``), so there the row goes in
+directly.
 
 Queries reach the database as a compiled form of ``common.search.query``'s
 tree: an FTS5 MATCH string in which every word is a quoted string, or a
@@ -42,6 +56,10 @@ from common.search.text import document, words
 # that word's first 256 occurrences.
 _PG_POSITIONS_PER_WORD = 256
 _PG_POSITION_MAX = 16383
+
+# On SQLite, the transaction of every text whose id is a multiple of this moves
+# the queued words into FTS5 (see "SQLite's queue" above).
+QUEUE_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -73,12 +91,21 @@ class SearchIndex:
     def insert_prepared(
         self, pk: int, prepared: str, *, cursor: Any, using: str = "default"
     ) -> None:
-        cursor.execute(self._insert_sql(connections[using].vendor), [pk, prepared])
-
-    def _insert_sql(self, vendor: str) -> str:
+        """One statement: the row on PostgreSQL, the queued row on SQLite."""
+        vendor = connections[using].vendor
         if vendor == "postgresql":
-            return f'INSERT INTO "{self.table}" ("{self.key}", document) VALUES (%s, %s::tsvector)'
-        return f'INSERT INTO "{self.table}" (rowid, document) VALUES (%s, %s)'
+            sql = f'INSERT INTO "{self.table}" ("{self.key}", document) VALUES (%s, %s::tsvector)'
+        else:
+            sql = f'INSERT INTO "{self.pending}" (id, document) VALUES (%s, %s)'
+        cursor.execute(sql, [pk, prepared])
+
+    @property
+    def pending(self) -> str:
+        """SQLite's queue of words on their way into the FTS5 table."""
+        return f"{self.table}_pending"
+
+    def catch_up(self, using: str = "default") -> None:
+        catch_up([self], using=using)
 
     # --- creating and filling ------------------------------------------------------------
 
@@ -106,13 +133,24 @@ class SearchIndex:
                 f'FOR EACH STATEMENT EXECUTE FUNCTION "{t}_truncate"()',
             ]
         else:
+            q = self.pending
             statements = [
                 f"CREATE VIRTUAL TABLE \"{t}\" USING fts5(document, tokenize = 'ascii')",
-                # Django rebuilds a SQLite table for some schema changes, and the
-                # rebuild drops its triggers: tests/search/test_index.py deletes
-                # a text and looks for its row, so a lost trigger is noticed.
-                f'CREATE TRIGGER "{t}_forget" AFTER DELETE ON "{s}" '
-                f'BEGIN DELETE FROM "{t}" WHERE rowid = OLD.id; END',
+                f'CREATE TABLE "{q}" (id INTEGER PRIMARY KEY, document TEXT NOT NULL)',
+                # Leaving the queue is entering the index: deleting queued rows
+                # (catch_up, the batch below) moves them, one statement for all.
+                f'CREATE TRIGGER "{q}_move" BEFORE DELETE ON "{q}" BEGIN '
+                f'INSERT INTO "{t}" (rowid, document) VALUES (OLD.id, OLD.document); END',
+                f'CREATE TRIGGER "{q}_batch" AFTER INSERT ON "{q}" '
+                f'WHEN NEW.id % {QUEUE_BATCH} = 0 BEGIN DELETE FROM "{q}"; END',
+                # A deleted text leaves the queue (into the index) and then the
+                # index. Django rebuilds a SQLite table for some schema changes,
+                # and the rebuild drops its triggers: tests/common/
+                # test_search_index.py deletes texts and looks for their rows,
+                # so a lost trigger is noticed.
+                f'CREATE TRIGGER "{t}_forget" AFTER DELETE ON "{s}" BEGIN '
+                f'DELETE FROM "{q}" WHERE id = OLD.id; '
+                f'DELETE FROM "{t}" WHERE rowid = OLD.id; END',
             ]
         for statement in statements:
             schema_editor.execute(statement, params=None)
@@ -128,7 +166,11 @@ class SearchIndex:
                 f'DROP TABLE IF EXISTS "{t}"',
             ]
         else:
-            statements = [f'DROP TRIGGER IF EXISTS "{t}_forget"', f'DROP TABLE IF EXISTS "{t}"']
+            statements = [
+                f'DROP TRIGGER IF EXISTS "{t}_forget"',
+                f'DROP TABLE IF EXISTS "{self.pending}"',  # its triggers go with it
+                f'DROP TABLE IF EXISTS "{t}"',
+            ]
         for statement in statements:
             schema_editor.execute(statement, params=None)
 
@@ -141,7 +183,11 @@ class SearchIndex:
         and merges FTS5's segments on SQLite. Returns how many texts it indexed.
         """
         vendor = connection.vendor
-        sql = self._insert_sql(vendor)
+        if vendor == "postgresql":
+            sql = f'INSERT INTO "{self.table}" ("{self.key}", document) VALUES (%s, %s::tsvector)'
+        else:
+            self.catch_up(connection.alias)  # queued rows count as indexed below
+            sql = f'INSERT INTO "{self.table}" (rowid, document) VALUES (%s, %s)'
         done = 0
         with connection.cursor() as cursor:
             for rows in self._unindexed(cursor, vendor, batch):
@@ -229,6 +275,28 @@ class SearchIndex:
         return f'SELECT rowid FROM "{self.table}" WHERE "{self.table}" MATCH %s', [
             fts5_match(query)
         ]
+
+
+def catch_up(indexes: list[SearchIndex], using: str = "default") -> None:
+    """Move SQLite's queued words into FTS5, so that a search sees every stored text.
+
+    One read for all ``indexes`` when nothing waits (nearly always, between
+    bursts of writes); otherwise, for each index with queued rows, one DELETE,
+    a transaction of its own, whose trigger inserts each row into FTS5. Two
+    searches catching up at once are serialised by SQLite's write lock: the
+    second deletes nothing. Nothing to do on PostgreSQL.
+    """
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        return
+    probes = " UNION ALL ".join(
+        f'SELECT {i} FROM (SELECT 1 FROM "{index.pending}" LIMIT 1)'
+        for i, index in enumerate(indexes)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(probes)
+        for (i,) in cursor.fetchall():
+            cursor.execute(f'DELETE FROM "{indexes[i].pending}"')
 
 
 def _prepared(text: str, vendor: str) -> str:

@@ -1,8 +1,8 @@
 """The notes' full-text index (SPEC §9), filled with every note already stored.
 
-The index lives outside the ORM (common/search/index.py): an FTS5 table on
-SQLite, a tsvector table with a GIN index on PostgreSQL, and triggers that
-delete a note's row with the note. Existing notes are indexed here, in
+The index lives outside the ORM (common/search/index.py): an FTS5 table and
+its queue on SQLite, a tsvector table with a GIN index on PostgreSQL, and
+triggers that delete a note's row with the note. Existing notes are indexed here, in
 batches, so an upgraded server finds its old threads at once.
 """
 

@@ -1,8 +1,8 @@
 """The messages' full-text index (SPEC §9), filled with every message already stored.
 
-The index lives outside the ORM (common/search/index.py): an FTS5 table on
-SQLite, a tsvector table with a GIN index on PostgreSQL, and triggers that
-delete a message's row with the message. Existing messages are indexed here,
+The index lives outside the ORM (common/search/index.py): an FTS5 table and
+its queue on SQLite, a tsvector table with a GIN index on PostgreSQL, and
+triggers that delete a message's row with the message. Existing messages are indexed here,
 in batches, so an upgraded server finds its old history at once.
 """
 

@@ -48,7 +48,7 @@ from django.db.models.expressions import RawSQL
 from common import limits
 from common.errors import ValidationFailed
 from common.fields import MAX_BIGINT, MIN_BIGINT
-from common.search.index import SearchIndex
+from common.search.index import SearchIndex, catch_up
 from common.search.query import Query, parse
 from mailbox.models import NOTE_INDEX, Session
 from rooms.errors import NotAMember, RoomNotFound
@@ -115,6 +115,9 @@ def search_for_session(
     query = parse(q)
     binding = _binding(q, room, author, after, before)
     position = _decode(cursor, binding) if cursor is not None else None
+    # Index upkeep, not a change anyone sees: SQLite's queued words join the
+    # index first, so that every text stored before this call is found.
+    catch_up([MESSAGE_INDEX] if room is not None else [MESSAGE_INDEX, NOTE_INDEX])
     sql, params = _page_sql(
         query, session, room=room, author=author, after=after, before=before,
         limit=limit, position=position,
@@ -145,6 +148,7 @@ def search_for_session(
 def messages_matching(messages: QuerySet[Message], query: Query) -> QuerySet[Message]:
     """``messages`` narrowed to those whose body matches ``query``, hidden ones included:
     the operators' search (the admin), through the same index as the agents'."""
+    MESSAGE_INDEX.catch_up()  # SQLite's queued words first (common/search/index.py)
     sql, params = MESSAGE_INDEX.matching_ids(query, vendor=connection.vendor)
     return messages.filter(pk__in=RawSQL(sql, params))
 

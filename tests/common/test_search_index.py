@@ -12,6 +12,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from common.search.index import QUEUE_BATCH
 from common.search.query import InvalidQuery, parse
 from common.search.text import words
 from mailbox import services as mailbox_services
@@ -27,10 +28,22 @@ pytestmark = pytest.mark.django_db
 
 
 def indexed_ids(index) -> set[int]:
-    key = index.key if connection.vendor == "postgresql" else "rowid"
+    """Ids with a row in the index, or (SQLite) queued for it."""
+    if connection.vendor == "postgresql":
+        return set(_ids(f'SELECT "{index.key}" FROM "{index.table}"'))
+    return set(_ids(f'SELECT rowid FROM "{index.table}"')) | queued_ids(index)
+
+
+def queued_ids(index) -> set[int]:
+    if connection.vendor == "postgresql":
+        return set()
+    return set(_ids(f'SELECT id FROM "{index.pending}"'))
+
+
+def _ids(sql: str) -> list[int]:
     with connection.cursor() as cursor:
-        cursor.execute(f'SELECT {key} FROM "{index.table}"')
-        return {row[0] for row in cursor.fetchall()}
+        cursor.execute(sql)
+        return [row[0] for row in cursor.fetchall()]
 
 
 def found(q: str) -> set[str]:
@@ -76,6 +89,27 @@ def test_deleting_texts_deletes_their_index_rows(lab, alice, bob):
 
     assert indexed_ids(MESSAGE_INDEX) == {kept.message.pk}
     assert indexed_ids(NOTE_INDEX) == {other.pk}
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the queue is SQLite's")
+def test_queued_words_join_the_index_in_batches_and_before_each_search(lab, alice):
+    sent = [services.message_send(alice, "lab", body=f"queued {i}").message for i in range(3)]
+    assert queued_ids(MESSAGE_INDEX) == {m.pk for m in sent}
+
+    assert found("queued") == {"queued 0", "queued 1", "queued 2"}
+    assert queued_ids(MESSAGE_INDEX) == set()
+
+    # The transaction of every QUEUE_BATCH-th text moves the queue by itself.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE sqlite_sequence SET seq = %s WHERE name = 'rooms_message'",
+            [2 * QUEUE_BATCH - 2],
+        )
+    before = services.message_send(alice, "lab", body="queued before the batch").message
+    batch = services.message_send(alice, "lab", body="queued with the batch").message
+    assert batch.pk % QUEUE_BATCH == 0
+    assert queued_ids(MESSAGE_INDEX) == set()
+    assert {before.pk, batch.pk} <= indexed_ids(MESSAGE_INDEX)
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="TRUNCATE is PostgreSQL's")

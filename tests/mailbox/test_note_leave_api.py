@@ -293,12 +293,9 @@ def test_a_new_thread_to_a_connected_peer_takes_six_statements(
     assert response.status_code == 201, response.json()
     assert response.json()["delivery"] == "session"
     inserts = [q["sql"].split('"')[1] for q in captured if q["sql"].startswith("INSERT")]
-    assert inserts == [
-        "mailbox_conversation",
-        "mailbox_note",
-        "mailbox_note_search",
-        "mailbox_participant",
-    ]
+    # On SQLite the note's words are queued for the index (common/search/index.py).
+    indexed = "mailbox_note_search" + ("_pending" if connection.vendor == "sqlite" else "")
+    assert inserts == ["mailbox_conversation", "mailbox_note", indexed, "mailbox_participant"]
     assert not [q for q in captured if q["sql"].startswith("UPDATE")]
     assert set(
         Participant.objects.filter(
