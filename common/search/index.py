@@ -76,22 +76,18 @@ class SearchIndex:
 
     # --- writing ---------------------------------------------------------------------
 
-    def insert(self, pk: int, text: str, *, cursor: Any, using: str = "default") -> None:
-        """Index the text ``pk`` holds, on ``cursor``, in the caller's transaction.
-
-        ``text`` is the stored body; ``prepare`` it first (outside any lock) and
-        pass the result to ``insert_prepared`` to keep the work off the lock.
-        """
-        self.insert_prepared(pk, self.prepare(text, using=using), cursor=cursor, using=using)
-
     def prepare(self, text: str, *, using: str = "default") -> str:
-        """What ``insert_prepared`` writes for ``text``: its words, in this database's form."""
+        """What ``insert_prepared`` writes for ``text``: its words, in this database's form.
+
+        Milliseconds for a 16 KB body: services call it before they take a lock.
+        """
         return _prepared(text, connections[using].vendor)
 
     def insert_prepared(
         self, pk: int, prepared: str, *, cursor: Any, using: str = "default"
     ) -> None:
-        """One statement: the row on PostgreSQL, the queued row on SQLite."""
+        """Index text ``pk`` on ``cursor``, in the caller's transaction: one statement,
+        the row on PostgreSQL, the queued row on SQLite."""
         vendor = connections[using].vendor
         if vendor == "postgresql":
             sql = f'INSERT INTO "{self.table}" ("{self.key}", document) VALUES (%s, %s::tsvector)'
