@@ -179,16 +179,22 @@ class SearchIndex:
         and merges FTS5's segments on SQLite. Returns how many texts it indexed.
         """
         vendor = connection.vendor
-        if vendor == "postgresql":
-            sql = f'INSERT INTO "{self.table}" ("{self.key}", document) VALUES (%s, %s::tsvector)'
-        else:
+        if vendor != "postgresql":
             self.catch_up(connection.alias)  # queued rows count as indexed below
-            sql = f'INSERT INTO "{self.table}" (rowid, document) VALUES (%s, %s)'
         done = 0
         with connection.cursor() as cursor:
             for rows in self._unindexed(cursor, vendor, batch):
                 prepared = [(pk, _prepared(body, vendor)) for pk, body in rows]
-                cursor.executemany(sql, prepared)
+                if vendor == "postgresql":
+                    # COPY reads each tsvector literal as an INSERT would, many times faster.
+                    copying = f'COPY "{self.table}" ("{self.key}", document) FROM STDIN'
+                    with cursor.copy(copying) as copy:
+                        for row in prepared:
+                            copy.write_row(row)
+                else:
+                    cursor.executemany(
+                        f'INSERT INTO "{self.table}" (rowid, document) VALUES (%s, %s)', prepared
+                    )
                 done += len(prepared)
             if vendor == "postgresql":
                 cursor.execute(
@@ -216,20 +222,8 @@ class SearchIndex:
 
     # --- searching -------------------------------------------------------------------
 
-    def matches(self, query: Query, *, vendor: str, alias: str) -> Match:
-        """How a search joins this index to rows of ``source`` aliased ``alias``."""
-        if vendor == "postgresql":
-            compiled = tsquery(query)
-            return Match(
-                joins=f'JOIN "{self.table}" ON "{self.table}"."{self.key}" = {alias}.id',
-                where=f'"{self.table}".document @@ %s::tsquery',
-                where_params=[compiled],
-                # Higher is better; ts_rank's normalisation 1 divides by 1 + the
-                # log of the document's length, as bm25 favours shorter texts.
-                score=f'CAST(ts_rank("{self.table}".document, %s::tsquery, 1) * 1000000 AS bigint)',
-                score_params=[compiled],
-                id=f'"{self.table}"."{self.key}"',
-            )
+    def matches(self, query: Query, *, alias: str) -> Match:
+        """SQLite: how a search joins this FTS5 table to rows of ``source`` aliased ``alias``."""
         return Match(
             joins=f'JOIN "{self.table}" ON "{self.table}".rowid = {alias}.id',
             where=f'"{self.table}" MATCH %s',
@@ -237,28 +231,40 @@ class SearchIndex:
             # bm25 is lower for better matches; in millionths, so that a
             # cursor compares whole numbers.
             score=f'CAST(-"{self.table}".rank * 1000000 AS INTEGER)',
-            score_params=[],
             id=f'"{self.table}".rowid',
         )
 
-    def nth_newest(self, query: Query, *, vendor: str) -> tuple[str, list[Any]]:
-        """A scalar subquery: the id of the ``%s``-th newest text matching ``query`` with an
-        id at most ``%s`` (parameters in that order after the query's), or NULL.
+    def nth_newest(self, query: Query) -> tuple[str, list[Any]]:
+        """SQLite: a scalar subquery, the id of the ``%s``-th newest text matching
+        ``query`` with an id at most ``%s`` (parameters in that order after the
+        query's), or NULL.
 
-        Walks the index alone, newest first, reading no text: on SQLite FTS5
-        hands over matches in id order, so this stops after that many.
+        Walks the FTS5 table alone, newest first, reading no text: FTS5 hands
+        over matches in id order, so this stops after that many.
         """
         t = self.table
-        if vendor == "postgresql":
-            return (
-                f'(SELECT "{self.key}" FROM "{t}" WHERE document @@ %s::tsquery AND "{self.key}" '
-                f'<= %s ORDER BY "{self.key}" DESC LIMIT 1 OFFSET %s)',
-                [tsquery(query)],
-            )
         return (
             f'(SELECT rowid FROM "{t}" WHERE "{t}" MATCH %s AND rowid <= %s '
             "ORDER BY rowid DESC LIMIT 1 OFFSET %s)",
             [fts5_match(query)],
+        )
+
+    def newest_matches(self, query: Query, *, filters: str = "") -> tuple[str, list[Any]]:
+        """PostgreSQL: a subquery of ``(id, document)``, the newest texts matching
+        ``query`` with an id at most ``%s``, at most ``%s`` of them (parameters in
+        that order after the query's, the filters' between them).
+
+        ``filters`` are conditions on the text's row, aliased ``b`` (joined only
+        when given). GIN finds the matches as a bitmap, unordered: they are
+        read and sorted by id, without their texts' rows unless filtered.
+        """
+        t, k = self.table, self.key
+        joined = f'JOIN {self.source} b ON b.id = i."{k}" ' if filters else ""
+        return (
+            f'SELECT i."{k}" AS id, i.document FROM "{t}" i {joined}'
+            f'WHERE i.document @@ %s::tsquery AND i."{k}" <= %s{filters} '
+            f'ORDER BY i."{k}" DESC LIMIT %s',
+            [tsquery(query)],
         )
 
     def matching_ids(self, query: Query, *, vendor: str) -> tuple[str, list[str]]:
@@ -301,14 +307,13 @@ def _prepared(text: str, vendor: str) -> str:
 
 @dataclass(frozen=True)
 class Match:
-    """SQL fragments of one search of one index, with their parameters in order."""
+    """SQLite: SQL fragments of one search of one FTS5 table, with their parameters."""
 
     joins: str
     where: str
     where_params: list[str]
     score: str
-    score_params: list[str]
-    # The text's id as the index holds it: constraints on it narrow the index scan.
+    # The text's id as FTS5 holds it: constraints on it narrow the FTS5 scan.
     id: str
 
 

@@ -226,28 +226,36 @@ def _page_sql(
     def kind_sql(
         kind: int, table: str, index: SearchIndex, readable: str, author_column: str, upto: int
     ) -> str:
-        match = index.matches(query, vendor=vendor, alias="t")
-        filters, filter_params = filters_on("t", kind, author_column)
         # Which matches are ranked: the newest SEARCH_RANKED_MAX of the server's
         # (of those the filters keep, when there are filters), readable or not.
-        # Found by walking the index alone, newest first, so a query matching
-        # much of history costs that many steps, and only the readable among
-        # them are joined to their rows and scored.
+        # Only the readable among them are joined to their rows and scored.
+        hidden = " AND t.hidden_at IS NULL" if kind == MESSAGE else ""
+        inner_filters, inner_params = filters_on("b", kind, author_column)
+        if vendor == "postgresql":
+            newest, newest_params = index.newest_matches(query, filters=inner_filters)
+            params.extend(newest_params)  # the score's tsquery, the same one
+            params.extend([*newest_params, upto, *inner_params, ranked, session.name_id])
+            return (
+                f"SELECT {kind} AS kind, t.id AS id, "
+                "CAST(ts_rank(c.document, %s::tsquery, 1) * 1000000 AS bigint) AS score "
+                f"FROM ({newest}) c JOIN {table} t ON t.id = c.id {readable} WHERE TRUE{hidden}"
+            )
+        # SQLite: where the newest SEARCH_RANKED_MAX matches begin, found by
+        # walking the FTS5 table alone, newest first, and the matches from
+        # there joined to their rows; bm25 is worked out for the readable only.
+        match = index.matches(query, alias="t")
+        filters, filter_params = filters_on("t", kind, author_column)
         if filters:
-            inner = index.matches(query, vendor=vendor, alias="b")
-            inner_filters, inner_params = filters_on("b", kind, author_column)
+            inner = index.matches(query, alias="b")
             bound = (
                 f"(SELECT b.id FROM {table} b {inner.joins} WHERE {inner.where} AND "
                 f"{inner.id} <= %s{inner_filters} ORDER BY {inner.id} DESC LIMIT 1 OFFSET %s)"
             )
             bound_params = [*inner.where_params, upto, *inner_params, ranked - 1]
         else:
-            bound, bound_sql_params = index.nth_newest(query, vendor=vendor)
+            bound, bound_sql_params = index.nth_newest(query)
             bound_params = [*bound_sql_params, upto, ranked - 1]
-        hidden = " AND t.hidden_at IS NULL" if kind == MESSAGE else ""
-        params.extend(
-            [*match.score_params, session.name_id, *match.where_params, upto, *bound_params]
-        )
+        params.extend([session.name_id, *match.where_params, upto, *bound_params])
         params.extend(filter_params)
         return (
             f"SELECT {kind} AS kind, t.id AS id, {match.score} AS score "
