@@ -235,9 +235,9 @@ class SearchIndex:
         )
 
     def nth_newest(self, query: Query) -> tuple[str, list[Any]]:
-        """SQLite: a scalar subquery, the id of the ``%s``-th newest text matching
-        ``query`` with an id at most ``%s`` (parameters in that order after the
-        query's), or NULL.
+        """SQLite: a scalar subquery, the id of the (n+1)-th newest text matching
+        ``query``, or NULL; after the query's parameter, two placeholders: the
+        highest id to consider, then n (an OFFSET).
 
         Walks the FTS5 table alone, newest first, reading no text: FTS5 hands
         over matches in id order, so this stops after that many.
@@ -251,8 +251,8 @@ class SearchIndex:
 
     def newest_matches(self, query: Query, *, filters: str = "") -> tuple[str, list[Any]]:
         """PostgreSQL: a subquery of ``(id, document)``, the newest texts matching
-        ``query`` with an id at most ``%s``, at most ``%s`` of them (parameters in
-        that order after the query's, the filters' between them).
+        ``query``; after the query's parameter, placeholders for the highest id to
+        consider, the filters' own, and how many texts at most (a LIMIT).
 
         ``filters`` are conditions on the text's row, aliased ``b`` (joined only
         when given). GIN finds the matches as a bitmap, unordered: they are
