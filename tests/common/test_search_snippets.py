@@ -86,3 +86,23 @@ def test_every_match_in_a_snippet_is_a_term_of_the_query(parts):
     for piece, is_match in segments(body, query):
         if is_match:
             assert piece.lower().replace("é", "e") in {"cache", "cafe"}
+
+
+def test_a_long_body_is_read_around_its_first_match():
+    body = "filler " * 1000 + "the cache key is here " + "filler " * 1000
+    text = snippet(body, parse('"cache key"'))
+    assert marked(text) == ["cache key"]
+    assert text.startswith(ELLIPSIS)
+    assert text.endswith(ELLIPSIS)
+
+
+def test_a_long_body_whose_match_plain_search_misses_is_read_whole():
+    # "Décision" lowered is not "decision": the plain search guesses nothing.
+    body = "x " * 3000 + "Décision: the café tenant" + " y" * 100
+    assert marked(snippet(body, parse("decision cafe"))) == ["Décision", "café"]
+
+
+def test_a_long_body_where_the_guess_is_no_match_is_read_whole():
+    # The guess finds "cache" early, but the phrase is only at the end.
+    body = "cache " + "filler " * 1000 + "cache key at last"
+    assert marked(snippet(body, parse('"cache key"'))) == ["cache key"]
