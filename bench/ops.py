@@ -9,7 +9,9 @@ import random
 import threading
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
+from corpus import BROAD_QUERY, TWO_WORD_QUERY
 from load import Client, Op, Operation, _expect
 
 GROWTH_CAP = 5.0  # seconds per growth phase, at most
@@ -175,7 +177,11 @@ LABELS = {
 }
 
 
-def growth_operations(state: dict[str, Any], head: Callable[[], int]) -> dict[str, Operation]:
+def growth_operations(
+    state: dict[str, Any], head: Callable[[], int], *, search: bool = True
+) -> dict[str, Operation]:
+    """check_messages, read_messages and send_message in the history room; with
+    ``search``, the search phase's two queries, asked by the room's reader."""
     growth = state["growth"]
     room = state["history_room"]
     message = json.dumps({"body": MESSAGE_BODY}).encode()
@@ -195,7 +201,28 @@ def growth_operations(state: dict[str, Any], head: Callable[[], int]) -> dict[st
         path = f"/api/v1/rooms/{room}/messages/"
         return _expect(*c.request("POST", path, growth["sender"]["token"], message), 201)
 
-    return {"check_messages": check, "read_messages": read, "send_message": send}
+    ops: dict[str, Operation] = {
+        "check_messages": check,
+        "read_messages": read,
+        "send_message": send,
+    }
+    if search:
+        ops["search"] = _search_op(growth["reader"]["token"], TWO_WORD_QUERY)
+        ops["search_broad"] = _search_op(growth["reader"]["token"], BROAD_QUERY)
+    return ops
+
+
+def _search_op(token: str, q: str) -> Operation:
+    """``GET /api/v1/search/`` of ``q``, a page of 20 with snippets, as the REST client asks."""
+    path = "/api/v1/search/?" + urlencode({"q": q, "limit": 20})
+
+    def search(c: Client, k: int, i: int) -> str:
+        status, data = c.request("GET", path, token)
+        if status == 200 and i == 0 and b'"results":[' not in data:
+            return f"search answered no results list: {data[:200]!r}"
+        return _expect(status, data, 200)
+
+    return search
 
 
 class RoundClock:

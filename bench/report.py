@@ -16,6 +16,8 @@ FLOOR_SHARES = {
     "session_start": 0.35,
 }
 MCP_SHARE = 0.8  # of the same operation over REST, in the same run
+# The search phase: a two-word query over 10^6 messages, on SQLite (issue 27).
+SEARCH_P50_MS, SEARCH_P99_MS, SEARCH_AT_ROWS = 50.0, 200.0, 1_000_000
 WAKE_P50_MS, WAKE_P99_MS = 50.0, 250.0
 IDLE_CPU_PCT = 5.0  # of one core
 FLOOR_WITH_WAITERS = 0.9  # x the floor without them
@@ -58,6 +60,29 @@ def targets(result: dict[str, Any]) -> list[Target]:
                 (f"{name} p50 at {int(sizes[-1]):.0e} <= 1.5x {int(sizes[0]):.0e}", b <= 1.5 * a,
                  f"{b:.2f} ms vs {a:.2f} ms = {b / a:.2f}x")
             )  # fmt: skip
+        lines += _search_targets(growth, result["db"])
+    return lines
+
+
+def _search_targets(growth: dict[str, Any], db: str) -> list[Target]:
+    """Search p50 and p99 at 10^6 messages: judged on SQLite, shown on PostgreSQL."""
+    at = [size for size in growth["sizes"] if int(size) >= SEARCH_AT_ROWS]
+    if not at:
+        return []
+    size = min(at, key=int)
+    search = growth["sizes"][size].get("search")
+    if not search:
+        return []
+    detail = (
+        f"q={search['q']!r} matching {search['matches']:,} of {int(size):,} messages, "
+        f"{search['requests']} requests"
+    )
+    lines: list[Target] = []
+    for p, want in (("p50", SEARCH_P50_MS), ("p99", SEARCH_P99_MS)):
+        got = search[f"{p}_ms_all"]
+        verdict = got <= want if db == "sqlite" else None
+        lines.append((f"search {p} <= {want:.0f} ms at {int(size):.0e} messages", verdict,
+                      f"{got:.1f} ms; {detail}"))  # fmt: skip
     return lines
 
 
@@ -186,6 +211,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {figures['read_messages']['p50_ms']:.2f} "
                 f"| {figures['send_message']['p50_ms']:.2f} |"
             )
+        lines += _search_table(growth)
     rss = main["worker_peak_rss_mib"]
     if growth and growth.get("worker_peak_rss_mib"):
         rss_growth = f"; {growth['worker_peak_rss_mib']} MiB in the growth run"
@@ -196,6 +222,31 @@ def markdown(result: dict[str, Any]) -> str:
         verdict = "SKIP" if ok is None else "PASS" if ok else "FAIL"
         lines.append(f"- {verdict} {name}: {detail}")
     return "\n".join(lines) + "\n"
+
+
+def _search_table(growth: dict[str, Any]) -> list[str]:
+    sizes = sorted(growth["sizes"].items(), key=lambda kv: int(kv[0]))
+    if not sizes or "search" not in sizes[0][1]:
+        return []
+    first = sizes[0][1]
+    lines = [
+        "",
+        f"Search phase (`GET /api/v1/search/`, limit 20, one client, p50 / p99 ms over every "
+        f"request of the rounds): q={first['search']['q']!r}, and the broad "
+        f"q={first['search_broad']['q']!r}:",
+        "",
+        "| stored | seeded s (index s) | matches | p50 / p99 ms | broad matches "
+        "| broad p50 / p99 ms |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size, figures in sizes:
+        seeded, two, broad = figures["seeded"], figures["search"], figures["search_broad"]
+        lines.append(
+            f"| {int(size):,} | {seeded['seconds']} ({seeded.get('index_seconds', 0)}) "
+            f"| {two['matches']:,} | {two['p50_ms_all']:.1f} / {two['p99_ms_all']:.1f} "
+            f"| {broad['matches']:,} | {broad['p50_ms_all']:.1f} / {broad['p99_ms_all']:.1f} |"
+        )
+    return lines
 
 
 def _mcp_table(ops: dict[str, Any]) -> list[str]:

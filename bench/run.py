@@ -115,6 +115,10 @@ def parse_args() -> Config:
         help="comma-separated operations of the main table to run ('wake': the wake phase)",
     )  # fmt: skip
     parser.add_argument("--skip-wake", action="store_true")
+    parser.add_argument(
+        "--skip-search", action="store_true",
+        help="no search phase in the growth runs, and no search index built by their seeding",
+    )  # fmt: skip
     parser.add_argument("--wake-pollers", type=int, default=1000)
     a = parser.parse_args()
     return Config(
@@ -138,6 +142,7 @@ def parse_args() -> Config:
         only=[o for o in a.only.split(",") if o],
         skip_wake=a.skip_wake,
         wake_pollers=a.wake_pollers,
+        skip_search=a.skip_search,
     )
 
 
@@ -265,12 +270,18 @@ def run_growth(cfg: Config, workdir: Path, pg_url: str | None) -> dict[str, Any]
     server = start_server(cfg, env, workdir, "growth")
     sizes: dict[str, Any] = {}
     head = [0]
-    ops = growth_operations(state, lambda: head[0])
+    ops = growth_operations(state, lambda: head[0], search=not cfg.skip_search)
+    no_index = ["--no-index"] if cfg.skip_search else []
     try:
         for size in cfg.growth_sizes:
-            seeded = seed(cfg, env, "grow", "--state", str(state_path), "--rows", str(size))
+            seeded = seed(
+                cfg, env, "grow", "--state", str(state_path), "--rows", str(size), *no_index
+            )
             head[0] = seeded["events_total"]
-            log(f"growth: {size} rows stored (seeded in {seeded['seconds']} s)")
+            log(
+                f"growth: {size} rows stored (seeded in {seeded['seconds']} s, of which "
+                f"{seeded.get('index_seconds', 0)} s building the search index)"
+            )
             results: dict[str, list[PhaseResult]] = {name: [] for name in ops}
             for op in ops.values():  # warm caches after the bulk load
                 run_phase(server, op, clients=1, requests=cfg.warmup // 2, cap=GROWTH_CAP)
@@ -286,6 +297,13 @@ def run_growth(cfg: Config, workdir: Path, pg_url: str | None) -> dict[str, Any]
                 "seeded": seeded,
                 **{name: summarise(phases) for name, phases in results.items()},
             }
+            for name in ("search", "search_broad"):
+                if name in results:
+                    sizes[str(size)][name].update(
+                        pooled_percentiles(results[name]),
+                        matches=seeded["search"][name]["matches"],
+                        q=seeded["search"][name]["q"],
+                    )
             log(
                 f"growth {size:>8}: "
                 + "  ".join(f"{n} p50 {sizes[str(size)][n]['p50_ms']} ms" for n in ops)
@@ -298,6 +316,21 @@ def run_growth(cfg: Config, workdir: Path, pg_url: str | None) -> dict[str, Any]
         "sizes": sizes,
         "queries_at_largest": queries,
         "worker_peak_rss_mib": round(max(peaks.values()) / 1024, 1) if peaks else None,
+    }
+
+
+def pooled_percentiles(phases: list[PhaseResult]) -> dict[str, float]:
+    """p50 and p99 over every request of every round (the search targets' figures)."""
+    pooled = PhaseResult(
+        completed=sum(p.completed for p in phases),
+        errors=0,
+        seconds=sum(p.seconds for p in phases),
+        latencies=[latency for p in phases for latency in p.latencies],
+    )
+    return {
+        "requests": pooled.completed,
+        "p50_ms_all": round(pooled.percentile(50) * 1000, 2),
+        "p99_ms_all": round(pooled.percentile(99) * 1000, 2),
     }
 
 

@@ -4,14 +4,16 @@ Run by ``bench/run.py`` in a subprocess with ``DJANGO_SETTINGS_MODULE`` and
 ``DATABASE_URL`` set, against the same database the benchmark server uses:
 
     python bench/seed.py setup  --clients 8 --rounds 5 --pool 1500  # keys, sessions, rooms
-    python bench/seed.py grow   --state S --rows N          # bulk top-up to N notes/events
+    python bench/seed.py grow   --state S --rows N [--no-index]  # bulk top-up to N notes/events
     python bench/seed.py queries --state S [--explain]      # queries per operation
 
 Identity rows, rooms and memberships go through plumb's own services, so they
 are exactly what the API would have made. Bulk history (room events and
 messages, notes and their threads) is written with plain SQL in large
 batches (``executemany`` on SQLite, ``COPY`` on PostgreSQL): seeding a million
-rows through the API would take longer than the benchmark itself.
+rows through the API would take longer than the benchmark itself. Its bodies
+are varied text (``bench/corpus.py``), and the search index is built for them
+after each load (``SearchIndex.fill``), as the services would have kept it.
 
 Every command prints one JSON object on standard output. ``queries`` lives in
 ``bench/seed_queries.py``.
@@ -36,6 +38,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from corpus import BROAD_QUERY, TWO_WORD_QUERY, bodies  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.db.models import Max  # noqa: E402
 from django.utils import timezone  # noqa: E402
@@ -45,16 +48,20 @@ from mailbox.models import AgentName, Conversation, Note, Session  # noqa: E402
 from rooms import services as room_services  # noqa: E402
 from rooms.models import Event, Member, Message, Room  # noqa: E402
 
+try:  # a checkout from before search (bench/compare.py's baseline) has no index to fill
+    from common.search.query import parse
+    from mailbox.models import NOTE_INDEX
+    from rooms.models import MESSAGE_INDEX
+    from rooms.selectors.search import messages_matching
+except ImportError:
+    MESSAGE_INDEX = NOTE_INDEX = None
+
 PROJECT = "bench"
 WORKSPACE = "bench"
 AWAY_WORKSPACE = "away"  # "next" notes for a workspace nobody attaches to
 HISTORY_AUTHOR = "bench-author"
 NOTES_PER_THREAD = 100
 BATCH = 50_000
-SEED_BODY = (
-    "Build 1432 is green on both databases. I moved the flaky import test behind "
-    "the slow marker and opened a thread about the cache key; next up: the docs."
-)
 
 IS_POSTGRES = connection.vendor == "postgresql"
 
@@ -114,6 +121,7 @@ def cmd_setup(args: argparse.Namespace) -> None:
         rooms["spread"].append(slug)
     _room(creator, "read", [*client_sessions, _session(author)])
     _bulk_room_history("read", args.read_events)
+    _bulk_index()
 
     growth_sessions = [_session(growth["reader"]), _session(growth["sender"]), _session(author)]
     _room(growth_sessions[0], "history", growth_sessions)
@@ -246,11 +254,12 @@ def _bulk_room_history(slug: str, count: int) -> int:
             "verdict", "body", "data", "created_at",
         ], _columns(Event)  # fmt: skip
         report = '{"unseen_before_send": 0, "unresolved_mentions": [], "mention_warnings": []}'
+        texts = bodies(seed=first_seq)
         _bulk_insert(
             Message,
             (
                 (message_id + i, public_id, room.pk, first_seq + i, author.pk, "",
-                 f"{SEED_BODY} (#{first_seq + i})", ordinal + i + 1, author_ordinal + i + 1,
+                 next(texts), ordinal + i + 1, author_ordinal + i + 1,
                  None, None, "[]", report, now, None, "")
                 for start in range(0, count, BATCH)
                 for i, public_id in enumerate(
@@ -315,6 +324,7 @@ def _bulk_notes(count: int, checker: Session) -> int:
                        now, now, None)  # fmt: skip
 
         def note_rows():
+            texts = bodies(seed=-note_id)
             public_ids: list[str] = []
             claims: list[str] = []
             for i in range(count):
@@ -339,13 +349,40 @@ def _bulk_notes(count: int, checker: Session) -> int:
                     delivered_at, claim = now, claims.pop()
                 yield (note_id + i, public_ids.pop(), conversation_id + thread,
                        position + 1, author.pk, "agent", None, recipient, next_ws,
-                       f"{SEED_BODY} (note {note_id + i})", now, None, delivery, bound,
+                       next(texts), now, None, delivery, bound,
                        delivered_to, delivered_at, None, None, claim)  # fmt: skip
 
         _bulk_insert(Conversation, conversation_rows())
         _bulk_insert(Note, note_rows())
     _reset_sequences(Conversation, Note)
     return count
+
+
+def _bulk_index() -> float:
+    """Index every message and note that has no index row yet; returns the seconds.
+
+    On PostgreSQL the GIN index is dropped first and built once at the end
+    (``SearchIndex.fill``): several times faster than a million inserts into it.
+    """
+    started = time.perf_counter()
+    if MESSAGE_INDEX is None:
+        return 0.0
+    for index in (MESSAGE_INDEX, NOTE_INDEX):
+        if IS_POSTGRES:
+            with connection.cursor() as cursor:
+                cursor.execute(f'DROP INDEX IF EXISTS "{index.table}_document"')
+        with transaction.atomic():
+            index.fill(connection, batch=BATCH)
+    return time.perf_counter() - started
+
+
+def _search_matches(room: Room) -> dict[str, dict[str, Any]]:
+    """The search phase's queries and how many messages of ``room`` each matches."""
+    messages = Message.objects.filter(room=room)
+    return {
+        name: {"q": q, "matches": messages_matching(messages, parse(q)).count()}
+        for name, q in (("search", TWO_WORD_QUERY), ("search_broad", BROAD_QUERY))
+    }
 
 
 def cmd_grow(args: argparse.Namespace) -> None:
@@ -368,6 +405,8 @@ def cmd_grow(args: argparse.Namespace) -> None:
     events = _bulk_room_history(room.slug, args.rows - have_events)
     events_seconds = time.perf_counter() - started
     notes = _bulk_notes(args.rows - have_notes, checker)
+    indexed = not args.no_index and MESSAGE_INDEX is not None
+    index_seconds = _bulk_index() if indexed else 0.0
     seeded = time.perf_counter() - started
     if IS_POSTGRES:
         # Autovacuum would vacuum and analyse these tables soon after a bulk
@@ -386,6 +425,8 @@ def cmd_grow(args: argparse.Namespace) -> None:
             "notes_total": Note.objects.count(),
             "seconds": round(seeded, 2),
             "events_seconds": round(events_seconds, 2),
+            "index_seconds": round(index_seconds, 2),
+            "search": _search_matches(room) if indexed else {},
         }
     )
 
@@ -402,6 +443,7 @@ def main() -> None:
     grow = sub.add_parser("grow")
     grow.add_argument("--state", required=True)
     grow.add_argument("--rows", type=int, required=True)
+    grow.add_argument("--no-index", action="store_true", help="skip the search index")
     queries = sub.add_parser("queries")
     queries.add_argument("--state", required=True)
     queries.add_argument("--explain", action="store_true")

@@ -11,6 +11,7 @@ import secrets
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from django.db import connection
 
@@ -116,6 +117,15 @@ def _fresh(body: dict | None) -> dict | None:
     return {**body, "name": f"q-{secrets.token_hex(4)}"}
 
 
+def _has_search() -> bool:
+    """Whether the checkout measured has search (bench/compare.py may measure an older one)."""
+    try:
+        import rooms.selectors.search  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def cmd_queries(args: argparse.Namespace) -> None:
     from django.test import Client
 
@@ -140,6 +150,13 @@ def cmd_queries(args: argparse.Namespace) -> None:
             client, "send", "POST", f"/api/v1/rooms/{history}/messages/",
             growth["sender"]["token"], body, explain=args.explain, expect=201,
         )  # fmt: skip
+        if _has_search():
+            from corpus import TWO_WORD_QUERY
+
+            result["search"] = _operation(
+                client, "search", "GET", "/api/v1/search/?" + urlencode({"q": TWO_WORD_QUERY}),
+                growth["reader"]["token"], explain=args.explain, expect=200,
+            )  # fmt: skip
         out(result)
         return
 

@@ -48,6 +48,8 @@ class Config:
     only: list[str]
     skip_wake: bool = False
     wake_pollers: int = 1000
+    # The search phase runs with the growth runs, on their history (bench/corpus.py).
+    skip_search: bool = False
 
     @property
     def pool(self) -> int:

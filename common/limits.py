@@ -86,6 +86,19 @@ READ_MAX = 500  # room events in one read
 KINDS_PARAM_MAX = 200  # the comma-separated ?kinds= list
 MAX_SEQ = 2**62  # a seq past this overflows the database's 64-bit column
 
+# --- search (SPEC §9; common/search/) -------------------------------------------------
+SEARCH_QUERY_MAX = 500  # characters of a query
+SEARCH_TERMS_MAX = 16  # words and phrases, exclusions included
+SEARCH_WORDS_MAX = 32  # words in all of them (a phrase counts each of its words)
+SEARCH_PREFIX_MIN = 3  # characters before a prefix's "*"
+SEARCH_WORD_MAX = 100  # characters of an indexed word; longer words are cut to this
+SEARCH_PAGE_DEFAULT = 20
+SEARCH_PAGE_MAX = 100
+SEARCH_CURSOR_MAX = 200
+# Matches of each kind (messages, notes) a search ranks: the newest this many on the
+# server. Bounds the work of a query that matches most of history.
+SEARCH_RANKED_MAX = 10_000
+
 # --- waiting ---------------------------------------------------------------------------
 # Seconds a long-poll may wait: check_messages, read_messages, wait_for_activity (SPEC §3.3).
 WAIT_MAX = 30

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from common import limits
 from common.ids import new_public_id
+from common.search.index import SearchIndex
 
 slug_validator = RegexValidator(limits.SLUG_PATTERN, limits.SLUG_MESSAGE)
 handle_validator = RegexValidator(limits.HANDLE_PATTERN, limits.HANDLE_MESSAGE)
@@ -629,6 +630,12 @@ class DailyUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project_id} {self.day} {self.what}: {self.used}"
+
+
+# The notes' full-text index: a table beside mailbox_note, outside the ORM
+# (common/search/index.py). note_leave writes each note's row in its own
+# transaction; a deleted note's row goes with it (a trigger).
+NOTE_INDEX = SearchIndex(table="mailbox_note_search", source="mailbox_note", key="note_id")
 
 
 # --- operators' audit trail ----------------------------------------------------------

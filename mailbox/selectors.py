@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from django.db import connection
 from django.db.models import (
     Count,
     Exists,
@@ -23,10 +24,12 @@ from django.db.models import (
     QuerySet,
     Subquery,
 )
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from common import limits
 from common.prepared import Prepared, PreparedObjects
+from common.search.query import Query
 from mailbox import credentials
 from mailbox.errors import (
     ConversationNotFound,
@@ -38,6 +41,7 @@ from mailbox.errors import (
     WorkspaceNotFound,
 )
 from mailbox.models import (
+    NOTE_INDEX,
     AgentName,
     AuditRecord,
     Conversation,
@@ -244,6 +248,14 @@ def note_list_for_operator(
         .defer("body")
         .order_by("-id")[:limit]
     )
+
+
+def notes_matching(notes: QuerySet[Note], query: Query) -> QuerySet[Note]:
+    """``notes`` narrowed to those whose body matches ``query``: the operators' search
+    (the admin), through the index the agents' search reads (``rooms.selectors.search``)."""
+    NOTE_INDEX.catch_up()  # SQLite's queued words first (common/search/index.py)
+    sql, params = NOTE_INDEX.matching_ids(query, vendor=connection.vendor)
+    return notes.filter(pk__in=RawSQL(sql, params))
 
 
 def conversation_get_for_operator(public_id: str) -> Conversation:

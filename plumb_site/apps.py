@@ -13,3 +13,7 @@ class PlumbSiteConfig(AppConfig):
 
     name = "plumb_site"
     label = "plumb_site"
+
+    def ready(self) -> None:
+        # Registers the system checks (SQLite's FTS5 for the search index).
+        from plumb_site import checks  # noqa: F401

@@ -42,6 +42,7 @@ from django.core.exceptions import ImproperlyConfigured
 from gunicorn import glogging
 
 from common.logs import JsonFormatter
+from plumb_site.checks import sqlite_fts5_missing
 
 try:
     from plumb_site import settings as plumb_settings
@@ -51,6 +52,13 @@ except ImproperlyConfigured as exc:
 
 # The master's hooks read Django's settings (plumb_site/listening.py).
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "plumb_site.settings")
+
+# The search index needs SQLite's FTS5: said in one line, before any worker starts,
+# rather than as the first search's error (plumb_site/checks.py).
+if plumb_settings.DATABASES["default"]["ENGINE"] == "plumb_site.sqlite":
+    _missing = sqlite_fts5_missing()
+    if _missing is not None:
+        sys.exit(f"plumb: {_missing}")
 
 METRICS_DIR = Path(
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(plumb_settings.PLUMB_METRICS_DIR))

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from common import limits
 from common.ids import new_public_id
+from common.search.index import SearchIndex
 from mailbox.models import AgentName, Project
 
 room_slug_validator = RegexValidator(limits.SLUG_PATTERN, limits.SLUG_MESSAGE)
@@ -223,6 +224,14 @@ class Message(models.Model):
     @property
     def hidden(self) -> bool:
         return self.hidden_at is not None
+
+
+# The messages' full-text index: a table beside rooms_message, outside the ORM
+# (FTS5 on SQLite, a tsvector with GIN on PostgreSQL; common/search/index.py).
+# message_send writes each message's row in its own transaction; a deleted
+# message's row goes with it (a trigger). Hidden messages keep theirs, so the
+# admin finds them; the agents' search leaves them out (rooms.selectors.search).
+MESSAGE_INDEX = SearchIndex(table="rooms_message_search", source="rooms_message", key="message_id")
 
 
 class MessageMention(models.Model):

@@ -9,6 +9,8 @@ OpenAPI schema and returns these dicts.
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from common.limits import SYSTEM_NAME
+from common.search.snippets import snippet
 from common.text import visible
 from mailbox.representation import notes_json, timestamp
 from rooms.models import Event, Message
@@ -193,4 +195,44 @@ def activity_body(activity) -> dict:
             }
             for member in activity.rooms
         ],
+    }
+
+
+# --- search (SPEC §9) -----------------------------------------------------------------
+
+
+def author_of_hit(hit) -> dict:
+    """Who wrote a search hit, as notes' ``from`` says it: a person and plumb itself
+    have no workspace or project to show (SPEC §1)."""
+    if hit.author_kind == "system":
+        return {"name": SYSTEM_NAME, "workspace": None, "project": None, "kind": "system"}
+    if hit.author_kind == "human":
+        return {"name": hit.name, "workspace": None, "project": None, "kind": "human"}
+    return {
+        "name": hit.name,
+        "workspace": hit.workspace,
+        "project": hit.project,
+        "kind": hit.author_kind,
+    }
+
+
+def search_result_json(hit, query) -> dict:
+    """A message or a note found by a search, with its snippet (``**`` around matches)."""
+    result: dict = {"kind": hit.kind, "id": hit.public_id}
+    if hit.kind == "message":
+        result["room"] = hit.room
+        result["seq"] = hit.seq
+    else:
+        result["conversation_id"] = hit.conversation_id
+    result["from"] = author_of_hit(hit)
+    result["created_at"] = timestamp(hit.created_at)
+    result["snippet"] = snippet(hit.body, query)
+    return result
+
+
+def search_body(page) -> dict:
+    return {
+        "results": [search_result_json(hit, page.query) for hit in page.hits],
+        "has_more": page.has_more,
+        "cursor": page.cursor,
     }

@@ -30,11 +30,13 @@ from common.admin.pages import (
     utc_time,
 )
 from common.admin.paging import LargeTableAdminMixin
+from common.admin.search import FullTextSearchMixin
 from common.limits import SYSTEM_NAME
 from common.markdown import render_markdown
 from common.transcripts import parse_after_seq
 from mailbox import selectors, services, transcripts
 from mailbox.models import Conversation, Note, Participant
+from mailbox.selectors import notes_matching
 
 
 class LockedFilter(admin.SimpleListFilter):
@@ -302,8 +304,12 @@ class ConversationAdmin(
 
 
 @admin.register(Note)
-class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
-    """Notes, read-only: the agents' words as stored (secret-scrubbed before storing)."""
+class NoteAdmin(ListTitleMixin, FullTextSearchMixin, LargeTableAdminMixin, admin.ModelAdmin):
+    """Notes, read-only: the agents' words as stored (secret-scrubbed before storing).
+
+    The list says who wrote to whom and when; a search by words adds the
+    matched words of each note (FullTextSearchMixin).
+    """
 
     list_display = (
         "public_id",
@@ -318,7 +324,11 @@ class NoteAdmin(ListTitleMixin, LargeTableAdminMixin, admin.ModelAdmin):
     list_filter = (NoteStateFilter, SenderProjectFilter)
     list_select_related = ("conversation", "sender_name", "recipient", "next_workspace__project")
     search_fields = ("=public_id", "=conversation__public_id", "sender_name__handle")
-    search_help_text = "Note or conversation id (exact), or the sender's name."
+    search_matching = notes_matching
+    search_help_text = (
+        "Note or conversation id (exact), the sender's name, or words of the body: "
+        '"a phrase", -word to leave out, prefix*.'
+    )
     ordering = ("-id",)
     fields = (
         "public_id",

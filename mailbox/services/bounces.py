@@ -22,14 +22,14 @@ from __future__ import annotations
 import secrets
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from common import metrics, wake
 from common.pause import pause_point
 from mailbox import wakeups
-from mailbox.models import AuthorKind, Conversation, Note, Project
+from mailbox.models import NOTE_INDEX, AuthorKind, Conversation, Note, Project
 
 # Notes bounced per transaction: a batch holds its locks for milliseconds.
 BOUNCE_BATCH = 100
@@ -171,6 +171,10 @@ def _notices_for(notes: list[Note], now: datetime) -> list[Note]:
             )
         )
     Note.objects.bulk_create(notices)
+    # Found by search like any note of the thread (SPEC §9), in this transaction.
+    with connection.cursor() as cursor:
+        for notice in notices:
+            NOTE_INDEX.insert_prepared(notice.pk, NOTE_INDEX.prepare(notice.body), cursor=cursor)
     # The notices take positions, not exchanges: notes_count (the cap) stays.
     Conversation.objects.filter(pk__in=threads).update(
         last_position=Case(

@@ -28,6 +28,7 @@ from mailbox.errors import (
     RecipientNotFound,
 )
 from mailbox.models import (
+    NOTE_INDEX,
     AgentName,
     AuthorKind,
     Conversation,
@@ -111,6 +112,8 @@ def note_leave(
         left = _store(
             session,
             text=prepared.text,
+            # The index's words, worked out before the transaction (common/search/).
+            indexed=NOTE_INDEX.prepare(prepared.text),
             to=to,
             conversation_id=conversation_id,
             idempotency_key=idempotency_key,
@@ -172,6 +175,7 @@ def _store(
     session: Session,
     *,
     text: str,
+    indexed: str,
     to: str | None,
     conversation_id: str | None,
     idempotency_key: str | None,
@@ -245,6 +249,8 @@ def _store(
             bound_session_id=bound_id,
         )
         _insert_note.insert(note, cursor=cursor)
+        # Searchable by its participants the moment note_leave returns (SPEC §9).
+        NOTE_INDEX.insert_prepared(note.pk, indexed, cursor=cursor)
         if new_thread:
             # Nobody else knows the thread yet: its participants are inserted
             # outright, the sender as having written.

@@ -31,7 +31,8 @@ body, in the order the references appear::
   A fullwidth less-than sign (U+FF1C) counts as ``<``. Nothing else in a body changes.
 * A body is a note's (its sender is ``from``), a message's (its ``author``;
   the block names the room instead of a project) or a review's (the
-  event's ``actor``). A dict with a ``body`` but no sender is not a peer's
+  event's ``actor``); a search result's ``snippet`` is a piece of one (its
+  sender is ``from``). A dict with a ``body`` but no sender is not a peer's
   text, and only its strings are neutralised.
 
 ``structuredContent`` and REST keep the stored bodies as they are.
@@ -68,7 +69,10 @@ PRIVILEGED = re.compile(
 )
 
 
-_MAY_OPEN_A_TAG = re.compile("[<\uff1c]")
+# A result with none of these holds no peer text and nothing to neutralise.
+_MAY_HOLD_PEER_TEXT = re.compile('[<\uff1c]|"body"|"snippet"')
+# The keys whose text a peer wrote, framed when their dict names a sender.
+PEER_TEXT_KEYS = frozenset({"body", "snippet"})
 
 
 def neutralise(text: str) -> str:
@@ -91,7 +95,7 @@ def render(payload: dict[str, Any], *, nonce: str | None = None, encoded: str = 
     is when it holds no body and nothing to neutralise (most results: an
     empty check, a listing), without walking the payload.
     """
-    if encoded and '"body"' not in encoded and not _MAY_OPEN_A_TAG.search(encoded):
+    if encoded and not _MAY_HOLD_PEER_TEXT.search(encoded):
         return encoded
     blocks: list[tuple[Sender, str | None, str]] = []
     skeleton = _walk(payload, None, blocks)
@@ -153,7 +157,7 @@ def _walk(value: Any, sender: Sender | None, blocks: list) -> Any:
         own = _sender_of(value) or sender
         walked = {}
         for key, item in value.items():
-            if key == "body" and isinstance(item, str) and own is not None:
+            if key in PEER_TEXT_KEYS and isinstance(item, str) and own is not None:
                 ref = value.get("id") if isinstance(value.get("id"), str) else None
                 blocks.append((own, ref or value.get("message_id"), item))
                 walked[key] = REFERENCE.format(n=len(blocks))

@@ -7,7 +7,7 @@ validates against this schema and the server never disagree.
 
 The whole ``tools/list`` result is read by every agent on every start, so the
 descriptions say what an agent needs to act correctly and nothing more
-(``tests/mcp/test_tool_list.py`` keeps its size under 3,500 tokens).
+(``tests/mcp/test_tool_list.py`` keeps its size under 3,500 tokens, SPEC §6).
 """
 
 from __future__ import annotations
@@ -307,6 +307,29 @@ TOOLS: list[dict[str, Any]] = [
         read_only=True,
     ),
 ]
+
+# --- search (SPEC §9) ------------------------------------------------------------------
+
+TOOLS.append(
+    _tool(
+        "search",
+        "Search what you may read: messages of rooms you are in and notes of your threads, "
+        'best first. q: words (all must match), "a phrase", -word to leave out, prefix* '
+        "(3+ letters); case and accents ignored. Snippets mark matches **so**. Page with "
+        "cursor while has_more.",
+        {
+            "q": _prop("string"),
+            "room": _prop("string", "Only this room's messages.", pattern=SLUG),
+            "from": _prop("string", "Only what this name wrote.", pattern=HANDLE),
+            "after": _prop("string", "Written after (ISO 8601).", format="date-time"),
+            "before": _prop("string", "Written before (ISO 8601).", format="date-time"),
+            "limit": _number(room_io.SearchInput, "limit"),
+            "cursor": _prop("string", minLength=1, maxLength=limits.SEARCH_CURSOR_MAX),
+        },
+        ("q",),
+        read_only=True,
+    )
+)
 
 TOOLS_BY_NAME: dict[str, dict[str, Any]] = {tool["name"]: tool for tool in TOOLS}
 

@@ -39,6 +39,7 @@ from rooms import selectors as room_selectors
 from rooms import services as room_services
 from rooms.api import serializers as room_io
 from rooms.models import Event
+from rooms.selectors.search import search_for_session
 
 
 class UnknownTool(Exception):
@@ -214,6 +215,24 @@ def _wait_for_activity(session: Session, args: dict) -> dict:
     return room_json.activity_body(room_services.activity_wait(session, wait=wait))
 
 
+# --- search (SPEC §9) ------------------------------------------------------------------
+
+
+def _search(session: Session, args: dict) -> dict:
+    query = validated(room_io.SearchInput, args)
+    page = search_for_session(
+        session,
+        q=query["q"],
+        room=query.get("room"),
+        author=query.get("from"),
+        after=query.get("after"),
+        before=query.get("before"),
+        limit=query["limit"],
+        cursor=query.get("cursor"),
+    )
+    return room_json.search_body(page)
+
+
 _HANDLERS: dict[str, Callable[[Session, dict], dict]] = {
     "leave_note": _leave_note,
     "check_messages": _check_messages,
@@ -229,4 +248,5 @@ _HANDLERS: dict[str, Callable[[Session, dict], dict]] = {
     "mark_read": _mark_read,
     "wait_for_activity": _wait_for_activity,
     "list_sent_notes": _list_sent_notes,
+    "search": _search,
 }

@@ -20,6 +20,7 @@ from django.utils.text import Truncator
 from common.admin.actions import ActionsNeedChangeMixin, reason_action
 from common.admin.pages import ListTitleMixin, ObjectToolsMixin, ToolButton, badge, utc_column
 from common.admin.paging import LargeTableAdminMixin
+from common.admin.search import FullTextSearchMixin
 from common.markdown import render_markdown, visible_html
 from rooms import services
 from rooms.admin.base import (
@@ -29,6 +30,7 @@ from rooms.admin.base import (
     _ViewOnlyObjectsMixin,
 )
 from rooms.models import Event, Message
+from rooms.selectors.search import messages_matching
 
 
 @admin.register(Message)
@@ -36,6 +38,7 @@ class MessageAdmin(
     ActionsNeedChangeMixin,
     ListTitleMixin,
     ObjectToolsMixin,
+    FullTextSearchMixin,
     LargeTableAdminMixin,
     _ViewOnlyObjectsMixin,
     admin.ModelAdmin,
@@ -44,8 +47,14 @@ class MessageAdmin(
     list_display_links = ("seq",)
     list_select_related = ("room", "author")
     list_filter = (RoomFilter, MessageHiddenFilter)
-    search_fields = ("=public_id", "room__slug", "author__handle", "body")
-    search_help_text = "Message id (exact), room slug, author or words in the body."
+    # Words of the body go through the full-text index (FullTextSearchMixin).
+    search_fields = ("=public_id", "room__slug", "author__handle")
+    search_matching = messages_matching
+    search_replaces = "excerpt"
+    search_help_text = (
+        'Message id (exact), room slug, author, or words of the body: "a phrase", '
+        "-word to leave out, prefix*."
+    )
     ordering = ("-id",)
     fields = (
         "public_id",

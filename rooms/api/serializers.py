@@ -231,6 +231,46 @@ class ActivityInput(serializers.Serializer):
     wait = WaitField(help_text="Seconds to wait for a note or news in a room.")
 
 
+class SearchInput(serializers.Serializer):
+    """``GET /api/v1/search/``'s parameters; the MCP tool ``search`` takes the same."""
+
+    q = StrictCharField(
+        allow_blank=True,
+        help_text='Words (all must match), "a phrase", -word to leave out, prefix* (3+ '
+        "characters); case and accents do not matter. A malformed query is invalid_query.",
+    )
+    room = StrictRegexField(
+        limits.SLUG_PATTERN,
+        max_length=limits.NAME_MAX,
+        required=False,
+        help_text="Only messages of this room (no notes).",
+    )
+    # "from" is a Python keyword: declared as from_, published as from (get_fields).
+    from_ = StrictRegexField(
+        limits.HANDLE_PATTERN,
+        max_length=limits.NAME_MAX,
+        required=False,
+        help_text="Only what this name wrote.",
+    )
+    after = serializers.DateTimeField(required=False, help_text="Only what was written after.")
+    before = serializers.DateTimeField(required=False, help_text="Only what was written before.")
+    limit = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=limits.SEARCH_PAGE_MAX,
+        default=limits.SEARCH_PAGE_DEFAULT,
+    )
+    cursor = StrictCharField(
+        required=False,
+        max_length=limits.SEARCH_CURSOR_MAX,
+        help_text="The previous page's cursor, with the same q and filters.",
+    )
+
+    def get_fields(self):
+        fields = super().get_fields()
+        return {("from" if name == "from_" else name): f for name, f in fields.items()}
+
+
 class MentionsInput(serializers.Serializer):
     after_id = serializers.CharField(
         required=False, max_length=limits.PUBLIC_ID_MAX, help_text="Continue after this message id."
@@ -342,3 +382,38 @@ class MessageReceiptsOutput(EnvelopeSerializer):
 class MentionListOutput(EnvelopeSerializer):
     mentions = MessageSerializer(many=True)
     has_more = serializers.BooleanField()
+
+
+class SearchSenderSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    workspace = serializers.CharField(allow_null=True, help_text="Null for a person or plumb.")
+    project = serializers.CharField(allow_null=True, help_text="Null for a person or plumb.")
+    kind = serializers.ChoiceField(choices=["agent", "human", "system"])
+
+
+class SearchResultSerializer(serializers.Serializer):
+    """A message (with room and seq) or a note (with conversation_id) that matched."""
+
+    kind = serializers.ChoiceField(choices=["message", "note"])
+    id = serializers.CharField()
+    room = serializers.CharField(required=False, help_text="Messages: the room's slug.")
+    seq = serializers.IntegerField(required=False, help_text="Messages: the seq in the room.")
+    conversation_id = serializers.CharField(required=False, help_text="Notes: the thread.")
+    from_ = SearchSenderSerializer()
+    created_at = serializers.DateTimeField()
+    snippet = serializers.CharField(
+        help_text="The matched words in context, each match as **match**; other asterisks and "
+        "backslashes escaped with a backslash; one line."
+    )
+
+    def get_fields(self):
+        fields = super().get_fields()
+        return {("from" if name == "from_" else name): f for name, f in fields.items()}
+
+
+class SearchOutput(EnvelopeSerializer):
+    results = SearchResultSerializer(many=True, help_text="Best matches first.")
+    has_more = serializers.BooleanField()
+    cursor = serializers.CharField(
+        allow_null=True, help_text="Pass it back for the next page; null on the last one."
+    )

@@ -26,4 +26,5 @@ urlpatterns = [
     ),
     re_path(r"^mentions/?$", views.MentionListApi.as_view(), name="mentions"),
     re_path(r"^activity/?$", views.ActivityApi.as_view(), name="activity"),
+    re_path(r"^search/?$", views.SearchApi.as_view(), name="search"),
 ]

@@ -6,6 +6,7 @@ from rest_framework.response import Response
 
 from common.errors import BodyTooLarge, StoredBodyTooLarge
 from common.schema import error_responses
+from common.search.query import InvalidQuery
 from common.validation import validated
 from mailbox.api.base import SessionApiView
 from mailbox.errors import BudgetExhausted
@@ -24,6 +25,7 @@ from rooms.errors import (
     RoomPaused,
     UnreadMessages,
 )
+from rooms.selectors.search import search_for_session
 
 SESSION_AUTH = [{"sessionToken": []}]
 
@@ -293,3 +295,39 @@ class MentionListApi(SessionApiView):
         return Response(
             {"mentions": s.MessageSerializer(messages, many=True).data, "has_more": has_more}
         )
+
+
+class SearchApi(SessionApiView):
+    @extend_schema(
+        operation_id="search",
+        summary="Search the messages and notes you may read, best matches first",
+        description=(
+            "Messages of rooms you are a current member of (never hidden ones) and notes "
+            'of threads you take part in. Every word must match; "quoted phrases" match '
+            "words next to each other; -word leaves out what has it; prefix* matches words "
+            "that start so (3 characters at least). Case and accents do not matter. Page "
+            "with cursor while has_more."
+        ),
+        parameters=[s.SearchInput],
+        responses={
+            200: s.SearchOutput,
+            **error_responses(InvalidQuery, RoomNotFound, NotAMember),
+        },
+        auth=SESSION_AUTH,
+        tags=["search"],
+    )
+    def get(self, request):
+        # A plain mapping, not the QueryDict: DRF reads an empty value there as an
+        # omitted one, where the tool refuses "" (SPEC §2: both doors agree).
+        query = validated(s.SearchInput, request.query_params.dict())
+        page = search_for_session(
+            self.session,
+            q=query["q"],
+            room=query.get("room"),
+            author=query.get("from"),
+            after=query.get("after"),
+            before=query.get("before"),
+            limit=query["limit"],
+            cursor=query.get("cursor"),
+        )
+        return Response(representation.search_body(page))

@@ -1,6 +1,7 @@
 """Reads of rooms that apply visibility and fetch related rows up front.
 
-``pages`` reads a page of a room's events for ``read_messages``.
+``pages`` reads a page of a room's events for ``read_messages``; ``search``
+finds what a session may read that matches a query (messages and notes).
 """
 
 from __future__ import annotations

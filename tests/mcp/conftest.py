@@ -43,6 +43,7 @@ BINDING_TOOL_NAMES = [
     "mark_read",
     "wait_for_activity",
     "list_sent_notes",
+    "search",
 ]
 """The tool names of SPEC §6, in the order tools/list publishes them."""
 

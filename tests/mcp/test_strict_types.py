@@ -20,6 +20,7 @@ from mailbox.models import Note
 from rooms.services import message_send, room_create, room_join
 from tests.conftest import client_for
 from tests.factories import SessionFactory
+from tests.searching import search_mcp, search_rest
 
 pytestmark = pytest.mark.django_db
 
@@ -160,3 +161,50 @@ def test_a_read_position_in_a_query_string_takes_the_words(world):
     assert client.get("/api/v1/rooms/lab/messages/?mark_read=false").status_code == 200
     response = client.get("/api/v1/rooms/lab/messages/?mark_read=1")
     assert response.status_code == 400
+
+
+# --- search: a query string on REST, typed arguments on MCP ---------------------------
+# A query string holds only text, so REST reads "5" as the number 5 where the tool
+# takes only 5; every other value is refused alike, by the same field or as the same
+# malformed query.
+SEARCH_CASES = [
+    ("q", "", ""),
+    ("q", '"open', '"open'),
+    ("room", "Lab", "Lab"),
+    ("room", "", ""),
+    ("from", " bob ", " bob "),
+    ("from", "", ""),
+    ("after", "yesterday", "yesterday"),
+    ("before", "2024-13-01", "2024-13-01"),
+    ("limit", "0", 0),
+    ("limit", "101", 101),
+    ("limit", "1.5", 1.5),
+    ("limit", "five", "five"),
+    ("cursor", "", ""),
+    ("cursor", "not-a-cursor", "not-a-cursor"),
+]
+
+
+def _search_outcome(status: int, body: dict) -> tuple:
+    error = body.get("error") or {}
+    if error.get("code") == "validation_error":
+        return ("validation_error", sorted(error.get("details", {})))
+    if error:
+        return (error["code"],)
+    return ("past validation",)
+
+
+@pytest.mark.parametrize(
+    ("field", "rest_value", "mcp_value"),
+    SEARCH_CASES,
+    ids=[f"{field}-{rest!r}" for field, rest, _ in SEARCH_CASES],
+)
+def test_search_refuses_the_same_values_through_both_doors(world, field, rest_value, mcp_value):
+    key = "author" if field == "from" else field
+    base = {"q": "hello"} if field != "q" else {}
+
+    by_rest = _search_outcome(*search_rest(world["alice"], **base, **{key: rest_value}))
+    by_mcp = _search_outcome(*search_mcp(world["alice"], **base, **{key: mcp_value}))
+
+    assert by_rest == by_mcp
+    assert by_rest != ("past validation",)

@@ -36,6 +36,7 @@ REST_INPUTS = {
     "mark_read": room_io.ReadInput,
     "wait_for_activity": room_io.ActivityInput,
     "list_sent_notes": mailbox_io.NotesSentInput,
+    "search": room_io.SearchInput,
 }
 
 # An empty body passes these REST serializers and is refused by the service, with

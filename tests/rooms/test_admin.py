@@ -362,9 +362,9 @@ def test_lock_action_needs_a_reason(admin_client, room):
 
 def test_select_across_applies_to_every_filtered_row(admin_client, room, session_client):
     for n in range(3):
-        session_client.post("/api/v1/rooms/ops/messages/", {"body": f"m{n}"}, format="json")
-    changelist = url("message", "changelist") + "?q=m"
-    first_page = [str(m.pk) for m in Message.objects.filter(body__startswith="m")[:1]]
+        session_client.post("/api/v1/rooms/ops/messages/", {"body": f"noise {n}"}, format="json")
+    changelist = url("message", "changelist") + "?q=noise"
+    first_page = [str(m.pk) for m in Message.objects.filter(body__startswith="noise")[:1]]
     first = admin_client.post(
         changelist,
         {
@@ -386,9 +386,9 @@ def test_select_across_applies_to_every_filtered_row(admin_client, room, session
         },
     )
     assert set(Message.objects.filter(hidden_at__isnull=False).values_list("body", flat=True)) == {
-        "m0",
-        "m1",
-        "m2",
+        "noise 0",
+        "noise 1",
+        "noise 2",
     }
 
 

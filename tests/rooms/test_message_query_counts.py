@@ -24,9 +24,9 @@ ROOM_LOCKED_FIRST = 0 if connection.vendor == "sqlite" else 1
 WAKE_NOTIFY = 0 if connection.vendor == "sqlite" else 1
 # Authentication (which also finds no note pending), the room locked with the caller's
 # membership and the unseen figures, the idempotency look-up, members for mentions, message
-# insert, head update, event insert, mention insert (and the test transaction's savepoint
-# pair).
-SEND_QUERIES = 10 + ROOM_LOCKED_FIRST + WAKE_NOTIFY
+# insert, its row in the search index, head update, event insert, mention insert (and the
+# test transaction's savepoint pair).
+SEND_QUERIES = 11 + ROOM_LOCKED_FIRST + WAKE_NOTIFY
 # Authentication, the room with the caller's membership, the page of events, read position
 # update.
 READ_QUERIES = 4
