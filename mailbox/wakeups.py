@@ -278,6 +278,8 @@ def _wait_in_thread(session, subscription, check, idle, deadline: float, ticket:
             if not waiting:
                 waiting = True
                 metrics.POLLS_WAITING.inc()
+                # Its first look found nothing: from here a commit must wake it.
+                pause_point("poll.asleep")
             with gate().stepped_aside():
                 woken = subscription.wait(remaining)
             # The next subscription starts before the ticket is read again.

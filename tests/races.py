@@ -152,3 +152,24 @@ def race(
         one.join(TIMEOUT)
         two.join(TIMEOUT)
     return one, two, state
+
+
+@contextlib.contextmanager
+def first_sleep_of(thread: threading.Thread) -> Iterator[threading.Event]:
+    """An event set once ``thread``'s waiting call has looked, found nothing and gone to sleep.
+
+    A call holds its waiting place (``wakeups.waiting_polls()``) before its
+    first look: a commit then would be found by that look and answered, so a
+    test that must see the call *asleep* before it commits waits for this.
+    """
+    asleep = threading.Event()
+
+    def hook() -> None:
+        if threading.current_thread() is thread:
+            asleep.set()
+
+    set_hook("poll.asleep", hook)
+    try:
+        yield asleep
+    finally:
+        set_hook("poll.asleep", None)

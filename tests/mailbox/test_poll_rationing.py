@@ -22,7 +22,7 @@ from mailbox import wakeups
 from mailbox.models import Session
 from mailbox.services import note_leave, notes_wait
 from tests.factories import SessionFactory, WorkspaceFactory
-from tests.races import held_at
+from tests.races import first_sleep_of, held_at
 from tests.waits import fill_but_one
 
 LONG = 60.0  # what each poll asks to wait
@@ -48,11 +48,14 @@ class Poll(threading.Thread):
 def start_waiting(session: Session, *, places_taken: int) -> Poll:
     """A poll of ``session``, started and seen to hold its waiting place."""
     poll = Poll(session)
-    poll.start()
-    # Until it holds its place and any call it pushed out has left it.
-    deadline = time.monotonic() + PROMPT
-    while wakeups.waiting_polls() != places_taken and time.monotonic() < deadline:
-        time.sleep(0.01)
+    with first_sleep_of(poll) as asleep:
+        poll.start()
+        # Until it sleeps in its place and any call it pushed out has left it.
+        deadline = time.monotonic() + PROMPT
+        while time.monotonic() < deadline and not poll.answered.is_set():
+            if asleep.is_set() and wakeups.waiting_polls() == places_taken:
+                break
+            time.sleep(0.01)
     assert wakeups.waiting_polls() == places_taken
     return poll
 

@@ -29,6 +29,7 @@ from rooms.errors import NotAMember, RoomNotFound
 from rooms.models import Member, Room
 from rooms.selectors import member_get_for_operator
 from tests.factories import SessionFactory, WorkspaceFactory
+from tests.races import first_sleep_of
 from tests.waits import fill_but_one, wait_elsewhere
 
 LONG = 60.0  # what each waiting call asks to wait
@@ -68,13 +69,14 @@ class Waiter(threading.Thread):
 def start(session: Session, call: Callable[[Session], Any], *, places_taken: int = 1) -> Waiter:
     """A waiting call of ``session``, started and seen to hold its waiting place."""
     waiter = Waiter(session, call)
-    waiter.start()
-    # Until it holds its place and any call it pushed out has left it.
-    deadline = time.monotonic() + PROMPT
-    while wakeups.waiting_polls() != places_taken and time.monotonic() < deadline:
-        if waiter.answered.is_set():
-            break
-        time.sleep(0.01)
+    with first_sleep_of(waiter) as asleep:
+        waiter.start()
+        # Until it sleeps in its place and any call it pushed out has left it.
+        deadline = time.monotonic() + PROMPT
+        while time.monotonic() < deadline and not waiter.answered.is_set():
+            if asleep.is_set() and wakeups.waiting_polls() == places_taken:
+                break
+            time.sleep(0.01)
     assert wakeups.waiting_polls() == places_taken, waiter.error or waiter.answer
     return waiter
 
