@@ -33,7 +33,11 @@ from tests.scale.harness import Api, database_url
 
 PURGE_EVENTS = int(os.environ.get("PLUMB_PURGE_EVENTS", "100000"))
 EXPORT_EVENTS = int(os.environ.get("PLUMB_EXPORT_EVENTS", "20000"))
-SEND_P99_LIMIT = 0.1
+# "Writes never wait behind it for more than a fraction of a second" (issue 26): a
+# batch of 100 takes milliseconds (p99 ~32 ms on a quiet 2-core VM, ~220 ms with the
+# machine loaded three times over); one unbatched purge of 10^5 events holds every
+# SQLite writer for seconds.
+SEND_P99_LIMIT = 0.5
 SEND_LOOP_MAX = 20_000  # sends, at most
 SEND_LOOP_SECONDS = 180  # and seconds
 EXPORT_RSS_LIMIT_MB = 100

@@ -157,14 +157,14 @@ def late(samples: list[tuple[float, float]], commits: list[float]) -> int:
     whose commit came after ``t - WOKEN_WITHIN``.
     """
     commits = sorted(commits)
-    return int(
-        max(
-            (
-                value - (len(commits) - bisect.bisect_right(commits, t - WOKEN_WITHIN))
-                for t, value in samples
-            ),
-            default=0,
-        )
+    # Fewer asleep than allowed (a sample taken as the polls were still being
+    # parked, say) is no one late: never below zero.
+    return max(
+        [0]
+        + [
+            int(value - (len(commits) - bisect.bisect_right(commits, t - WOKEN_WITHIN)))
+            for t, value in samples
+        ]
     )
 
 
