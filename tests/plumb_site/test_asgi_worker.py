@@ -291,6 +291,7 @@ def test_the_worker_runs_on_uvloop_and_keeps_its_backlog_wrapper():
     from plumb_site import gunicorn_config
 
     assert gunicorn_config.asgi_loop == "uvloop"
+    assert gunicorn_config.http_parser == "python"
     worker = asgi_worker.Worker.__new__(asgi_worker.Worker)
     worker.cfg = SimpleNamespace(asgi_loop=gunicorn_config.asgi_loop, backlog=2048)
     worker.log = SimpleNamespace(debug=lambda *a: None, warning=lambda *a: None)
