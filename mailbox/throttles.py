@@ -13,7 +13,6 @@ rather than fail them (``common/cache.py``).
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import threading
 from types import SimpleNamespace
@@ -133,13 +132,7 @@ def client_address(request: HttpRequest) -> str:
     guess. One IPv6 host usually holds a whole /64, so its addresses count as
     one; an IPv4-mapped IPv6 address counts as the IPv4 address it maps.
     """
-    return _address_counted(request.META.get("REMOTE_ADDR") or "")
-
-
-@functools.lru_cache(maxsize=4096)
-def _address_counted(raw: str) -> str:
-    # Every call with a credential asks (``credential_read``), and parsing the
-    # address was a fiftieth of the cheapest call; the answer depends on it alone.
+    raw = request.META.get("REMOTE_ADDR") or ""
     try:
         address = ipaddress.ip_address(raw)
     except ValueError:
