@@ -134,7 +134,7 @@ asgi_loop = "uvloop"
 # gunicorn's own parser, never gunicorn_h1c even where it is installed ("auto" would take
 # it): plumb_site/asgi_worker.py's header timeout and cap hook into the protocol's Python
 # parsing path, and the tests pin them there. Measured with 0.6.10 on this stack, the C
-# parser saved nothing a benchmark could tell from noise (bench/README.md).
+# parser saved nothing a benchmark could tell from noise (docs/internals.md).
 http_parser = "python"
 worker_connections = plumb_settings.PLUMB_MAX_CONNECTIONS
 keepalive = 30
