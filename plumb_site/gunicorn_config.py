@@ -131,10 +131,12 @@ logger_class = Logger
 wsgi_app = "plumb_site.asgi:application"
 worker_class = "plumb_site.asgi_worker.Worker"
 asgi_loop = "uvloop"
-# gunicorn's own parser, never gunicorn_h1c even where it is installed ("auto" would take
-# it): plumb_site/asgi_worker.py's header timeout and cap hook into the protocol's Python
-# parsing path, and the tests pin them there. Measured with 0.6.10 on this stack, the C
-# parser saved nothing a benchmark could tell from noise (docs/internals.md).
+# gunicorn's own parser, named: plumb_site/asgi_worker.py's header timeout and cap hook into
+# the protocol's parsing callbacks, and the tests pin them on this parser. gunicorn_h1c
+# (0.6.10 builds from its sdist here) is not taken anyway: gunicorn 27 caches whether it is
+# installed on the protocol's class but reads the answer from ASGIProtocol, so a subclass
+# such as plumb's never gets it ("fast" refuses to start). Forced past that, it saved about
+# a twentieth of a GET's server CPU and nothing of a send's (docs/internals.md).
 http_parser = "python"
 worker_connections = plumb_settings.PLUMB_MAX_CONNECTIONS
 keepalive = 30
