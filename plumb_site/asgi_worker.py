@@ -35,7 +35,11 @@ plumb's gunicorn speaks):
   gunicorn's ``backlog`` (asyncio would set 100).
 * **Bounded logs.** Shed and refused connections and failed ``accept()``
   calls are logged at most once per 10 s each (``common.logs.BoundedLog``)
-  and counted in ``plumb_connections_closed_total{reason}``.
+  and counted in ``plumb_connections_closed_total{reason}``. (On uvloop,
+  the loop ``gunicorn_config`` names, libuv meets a failed ``accept()`` for
+  want of files by accepting and closing that connection with a descriptor
+  it keeps in reserve, and reports nothing; the files the cap leaves spare
+  keep it from happening in the first place.)
 
 **A client that leaves before its answer** is logged ``499``: gunicorn drops
 whatever the application sends once the connection is gone, and logs the

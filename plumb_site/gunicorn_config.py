@@ -12,7 +12,12 @@ runs in gunicorn's master process, before any worker starts:
   ``PLUMB_MAX_CONNECTIONS`` connections (plumb's worker enforces it;
   ``worker_connections`` is set to match), a connection gets
   ``PLUMB_HEADER_TIMEOUT`` seconds for each request head, and an idle
-  keep-alive connection is closed after ``keepalive`` seconds.
+  keep-alive connection is closed after ``keepalive`` seconds. The event
+  loop is uvloop's (``asgi_loop``): the loop's own work (reading, writing,
+  timers, the hand-off to Django's threads) is a fair share of a small
+  request's CPU, and libuv does it in C. gunicorn would fall back to
+  asyncio's loop with a warning if uvloop were missing; it is pinned in
+  ``requirements.txt``.
 
 * **Metrics from every process.** prometheus-client decides when it is first
   imported whether values live in process memory or in files, so
@@ -125,6 +130,14 @@ class Logger(glogging.Logger):
 logger_class = Logger
 wsgi_app = "plumb_site.asgi:application"
 worker_class = "plumb_site.asgi_worker.Worker"
+asgi_loop = "uvloop"
+# gunicorn's own parser, named: plumb_site/asgi_worker.py's header timeout and cap hook into
+# the protocol's parsing callbacks, and the tests pin them on this parser. gunicorn_h1c
+# (0.6.10 builds from its sdist here) is not taken anyway: gunicorn 27 caches whether it is
+# installed on the protocol's class but reads the answer from ASGIProtocol, so a subclass
+# such as plumb's never gets it ("fast" refuses to start). Forced past that, it saved about
+# a twentieth of a GET's server CPU and nothing of a send's (docs/internals.md).
+http_parser = "python"
 worker_connections = plumb_settings.PLUMB_MAX_CONNECTIONS
 keepalive = 30
 # A request whose client left runs on in its thread all the same (a waiting

@@ -11,6 +11,9 @@ everywhere outside ``/admin/``, unknown paths included. Only a browser
 import time
 from collections.abc import Callable
 
+from django.contrib.auth.middleware import AuthenticationMiddleware as DjangoAuthentication
+from django.contrib.messages.middleware import MessageMiddleware as DjangoMessages
+from django.contrib.sessions.middleware import SessionMiddleware as DjangoSessions
 from django.http import HttpRequest, HttpResponse
 
 from common import metrics
@@ -92,3 +95,39 @@ class RequestMetricsMiddleware:
         finally:
             # Also when the call parks (wake.Parked): its client may leave while it waits.
             front["labels"] = metrics.request_labels(request, status)
+
+
+def is_api_path(path: str) -> bool:
+    """Whether ``path`` is one of the doors agents call with bearer credentials."""
+    return path.startswith(API_PREFIXES)
+
+
+class _BrowserOnly:
+    """Django's middleware for browsers, skipped on the paths agents call.
+
+    The admin (and the home page) keep sessions, the logged-in user and
+    messages. The API, MCP, ``/healthz`` and ``/metrics`` read none of them:
+    a caller there is named by its bearer credential (``mailbox.callers``),
+    never by a cookie. Building a session store, a lazy user and a message
+    store for each of their requests cost a twentieth of the cheapest one.
+    The admin's system checks find these classes, subclasses of Django's.
+    """
+
+    get_response: Callable[[HttpRequest], HttpResponse]
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if is_api_path(request.path_info):
+            return self.get_response(request)
+        return super().__call__(request)
+
+
+class SessionMiddleware(_BrowserOnly, DjangoSessions):
+    pass
+
+
+class AuthenticationMiddleware(_BrowserOnly, DjangoAuthentication):
+    pass
+
+
+class MessageMiddleware(_BrowserOnly, DjangoMessages):
+    pass

@@ -148,11 +148,12 @@ MIDDLEWARE = [
     # Below WhiteNoise, so static files are not counted as requests.
     "plumb_site.middleware.RequestMetricsMiddleware",
     "plumb_site.middleware.ApiErrorMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Django's own, skipped on the API's paths (plumb_site/middleware.py: _BrowserOnly).
+    "plumb_site.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "plumb_site.middleware.AuthenticationMiddleware",
+    "plumb_site.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 

@@ -2,7 +2,8 @@
 tests hold each one to the fields ``NoteSerializer`` declares for the schema, in
 the same order, and to the bytes DRF's own field machinery renders for the
 same note: left by name and for "next", waiting, delivered and bounced, in a
-reply, and plumb's own notice of a bounce.
+reply, and plumb's own notice of a bounce. Sessions (``session_json``) are held
+to ``SessionSerializer`` the same way, live and ended.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from rest_framework.renderers import JSONRenderer
 
 from mailbox import representation as r
 from mailbox import services
-from mailbox.models import Note
-from mailbox.representation import NoteSerializer
+from mailbox.models import Note, Session
+from mailbox.representation import NoteSerializer, SessionSerializer
 from mailbox.selectors import conversation_get_for_session
 from tests.conftest import client_for
 
@@ -114,3 +115,13 @@ def test_bounced_notes_and_plumbs_notices_answer_what_drf_renders(alice, bob):
     assert (bounced["delivered_at"], bounced["delivered_to"]) == (None, None)
     assert notice["from"] == {"name": "plumb", "workspace": None, "project": None, "kind": "system"}
     assert notice["bounce_of"] == bounced["id"]
+
+
+def test_sessions_live_and_ended_have_their_serializers_fields_in_order_and_drfs_bytes(alice, bob):
+    services.session_end(alice)
+    sessions = Session.objects.select_related("name", "workspace__project").order_by("id")
+    assert [s.ended_at is None for s in sessions] == [False, True]
+    for session in sessions:
+        out = r.session_json(session)
+        assert list(out) == list(SessionSerializer().fields)
+        assert rendered(out) == rendered(SessionSerializer(session).data)

@@ -8,6 +8,7 @@ same against a real server.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import resource
@@ -282,3 +283,23 @@ def test_the_names_the_worker_swaps_and_wraps_are_gunicorns():
     source = ASGIProtocol.__init__.__code__.co_names
     for attribute in ("_request_ready", "_closed", "log", "worker"):
         assert attribute in source, attribute
+
+
+def test_the_worker_runs_on_uvloop_and_keeps_its_backlog_wrapper():
+    import uvloop
+
+    from plumb_site import gunicorn_config
+
+    assert gunicorn_config.asgi_loop == "uvloop"
+    assert gunicorn_config.http_parser == "python"
+    worker = asgi_worker.Worker.__new__(asgi_worker.Worker)
+    worker.cfg = SimpleNamespace(asgi_loop=gunicorn_config.asgi_loop, backlog=2048)
+    worker.log = SimpleNamespace(debug=lambda *a: None, warning=lambda *a: None)
+    worker._setup_event_loop()
+    try:
+        assert isinstance(worker.loop, uvloop.Loop)
+        # The worker's own create_server, which listens again with gunicorn's backlog.
+        assert worker.loop.create_server.__name__ == "create_server_keeping_the_backlog"
+    finally:
+        worker.loop.close()
+        asyncio.set_event_loop(None)
