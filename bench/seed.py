@@ -249,9 +249,11 @@ def _bulk_room_history(slug: str, count: int) -> int:
         # Ordinals continue the room's and the author's, as message_send's do.
         ordinal = Message.objects.filter(room=room).count()
         author_ordinal = Message.objects.filter(room=room, author=author).count()
+        # Reviews took an idempotency key in issue 28: a checkout from before has none.
+        keyed = "idempotency_key" in _columns(Event)
         assert _columns(Event) == [
             "id", "room_id", "seq", "kind", "actor_id", "actor_display_name", "message_id",
-            "verdict", "body", "data", "created_at",
+            "verdict", "body", "data", *(["idempotency_key"] if keyed else []), "created_at",
         ], _columns(Event)  # fmt: skip
         report = '{"unseen_before_send": 0, "unresolved_mentions": [], "mention_warnings": []}'
         texts = bodies(seed=first_seq)
@@ -271,7 +273,7 @@ def _bulk_room_history(slug: str, count: int) -> int:
             Event,
             (
                 (event_id + i, room.pk, first_seq + i, "message", author.pk, "",
-                 message_id + i, "", "", "{}", now)
+                 message_id + i, "", "", "{}", *([None] if keyed else []), now)
                 for i in range(count)
             ),
         )  # fmt: skip
