@@ -68,7 +68,7 @@ class RoomPollers:
 
     def open(self) -> None:
         for i in range(len(self.agents)):
-            sock = socket.create_connection((HOST, self.port), timeout=10)
+            sock = socket.create_connection((HOST, self.port), timeout=30)
             sock.setblocking(False)
             self.socks.append(sock)
             self.buffers.append(bytearray())

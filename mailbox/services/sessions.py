@@ -25,7 +25,7 @@ from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from common import groupcommit, limits, metrics
+from common import groupcommit, limits, metrics, wake
 from common.errors import ValidationFailed
 from common.pause import pause_point
 from common.prepared import Prepared, PreparedInsert, PreparedObjects
@@ -454,10 +454,10 @@ def session_touch(session: Session, *, now: datetime | None = None) -> None:
     threshold = now - timedelta(seconds=settings.PLUMB_SEEN_WRITE_INTERVAL)
     if session.last_seen_at > threshold:
         return
-    # Under plumb's server the write joins the group commit of the requests
+    # A woken waiting call's write joins the group commit of the requests
     # beside it (common/groupcommit.py): a message that wakes 1,000 waiting
     # calls, each quiet for longer than the interval, makes a few writes.
-    if not groupcommit.defer(sessions_touch, (session.pk, now)):
+    if not (wake.resuming() and groupcommit.defer(sessions_touch, (session.pk, now))):
         sessions_touch([(session.pk, now)])
     session.last_seen_at = now
 

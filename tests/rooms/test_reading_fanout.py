@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 import plumb_site.asgi as front
 from common import groupcommit
+from mailbox.models import Session
 from mailbox.services import note_leave
 from rooms import services
 from rooms.errors import UnreadMessages
@@ -288,7 +291,8 @@ def test_without_the_front_a_read_writes_its_position_at_once(hall):
 def test_a_woken_read_runs_three_queries_and_defers_its_writes(one_thread, hall, monkeypatch):
     """Pinned: the woken run of a read that finds the message reads the session (and
     whether notes wait for it: none), the room with the membership, and the page;
-    no look at its waiting tickets. Its position waits for the group commit."""
+    no look at its waiting tickets. Its position and its session's last_seen_at
+    wait for the group commit."""
     runs: list[tuple[bool, list[str], int]] = []
     django = front._django
 
@@ -300,9 +304,14 @@ def test_a_woken_read_runs_three_queries_and_defers_its_writes(one_thread, hall,
 
     monkeypatch.setattr(front, "_django", with_queries)
 
+    bob = hall["bob"]
+    quiet_since = timezone.now() - timedelta(minutes=1)
+
     async def scenario():
-        poll, task = wait_call(hall["bob"])
+        poll, task = wait_call(bob)
         await until(lambda: front.parked_calls() == 1, "bob's read parked")
+        # It waited longer than PLUMB_SEEN_WRITE_INTERVAL: its session is due a refresh.
+        await asyncio.to_thread(Session.objects.filter(pk=bob.pk).update, last_seen_at=quiet_since)
         await asyncio.to_thread(send, hall["alice"], "count me")
         await asyncio.wait_for(task, 10)
         return poll
@@ -310,12 +319,13 @@ def test_a_woken_read_runs_three_queries_and_defers_its_writes(one_thread, hall,
     poll = asyncio.run(scenario())
 
     assert [e["message"]["body"] for e in poll.json()["events"]] == ["count me"]
+    assert Session.objects.get(pk=bob.pk).last_seen_at > quiet_since
     woken = [run for run in runs if run[0]]
     assert len(woken) == 1
     _, sql, deferred = woken[0]
     tables = [q for q in sql if not q.startswith(("SAVEPOINT", "RELEASE", "BEGIN", "COMMIT"))]
     assert not [q for q in tables if q.startswith("UPDATE")]
-    assert deferred >= 1
+    assert deferred == 2  # its read position and its session's last_seen_at
     assert len(tables) == 3, tables
 
 
