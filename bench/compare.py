@@ -47,7 +47,7 @@ def main() -> int:
         phase_cap=20.0, workers=args.workers, threads=args.threads,
         active_requests=args.active_requests, warmup=100,
         skip_growth=True, out_dir=bench.RESULTS_DIR, label="compare", profile=False,
-        only=[o for o in args.only.split(",") if o],
+        only=[o for o in args.only.split(",") if o], skip_broadcast=True,
     )  # fmt: skip
     sides = {
         "A": base,

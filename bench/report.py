@@ -21,6 +21,7 @@ SEARCH_P50_MS, SEARCH_P99_MS, SEARCH_AT_ROWS = 50.0, 200.0, 1_000_000
 WAKE_P50_MS, WAKE_P99_MS = 50.0, 250.0
 IDLE_CPU_PCT = 5.0  # of one core
 FLOOR_WITH_WAITERS = 0.9  # x the floor without them
+BROADCAST_P99_MS = 1000.0  # one message waking 1,000 members waiting in read_messages
 
 
 def _rate(figures: dict[str, Any]) -> float:
@@ -50,6 +51,8 @@ def targets(result: dict[str, Any]) -> list[Target]:
     lines += _mcp_targets(ops)
     if result["main"].get("wake"):
         lines += _wake_targets(result["main"]["wake"], result["db"])
+    if result["main"].get("broadcast"):
+        lines += _broadcast_targets(result["main"]["broadcast"])
     growth = result.get("growth")
     if growth:
         sizes = sorted(growth["sizes"], key=int)
@@ -166,6 +169,20 @@ def _wake_targets(wake: dict[str, Any], db: str) -> list[Target]:
     return lines
 
 
+def _broadcast_targets(broadcast: dict[str, Any]) -> list[Target]:
+    """Every member answered with the message, p99 from the send's start <= 1 s."""
+    got = broadcast.get("p99_ms_after_start")
+    complete = broadcast["answered"] == broadcast["expected"] and not broadcast["problem_count"]
+    detail = (
+        f"{'-' if got is None else f'{got:.0f}'} ms from the send's start over "
+        f"{broadcast['rounds']} messages to {broadcast['pollers']} waiting members "
+        f"(p99 of each: {broadcast['round_p99_ms']}); {broadcast['answered']}/"
+        f"{broadcast['expected']} answered with the message, {broadcast['problem_count']} problems"
+    )
+    ok = complete and got is not None and got <= BROADCAST_P99_MS
+    return [(f"broadcast p99 <= {BROADCAST_P99_MS / 1000:.0f} s", ok, detail)]
+
+
 def _fmt_queries(queries: dict[str, Any], name: str) -> str:
     entry = queries.get(name)
     return str(entry["queries"]) if entry else "-"
@@ -196,6 +213,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines += _mcp_table(ops)
     if main.get("wake"):
         lines += _wake_table(main["wake"], result["db"])
+    if main.get("broadcast"):
+        lines += _broadcast_table(main["broadcast"], result["db"])
     growth = result.get("growth")
     if growth:
         lines += [
@@ -309,6 +328,38 @@ def _wake_table(wake: dict[str, Any], db: str) -> list[str]:
         f"| floor ops/s without / with the polls / steady state | "
         f"{wake['floor_without']['throughput']:.0f} / {wake['floor_with']['throughput']:.0f} / "
         f"{wake.get('floor_steady', {}).get('throughput', 0):.0f} |",
+    ]
+
+
+def _broadcast_table(broadcast: dict[str, Any], db: str) -> list[str]:
+    where = (
+        "one server of 2 processes"
+        if db == "sqlite"
+        else "polls on server A, the message sent through server B, one database"
+    )
+
+    def ms(key: str) -> str:
+        value = broadcast.get(key)
+        return "-" if value is None else f"{value:.0f}"
+
+    return [
+        "",
+        f"Broadcast phase: {broadcast['pollers']} members of one room waiting in "
+        f"`GET /api/v1/rooms/hall/messages/?wait=30` ({where}), {broadcast['rounds']} "
+        "messages, each waking them all:",
+        "",
+        "| figure | value |",
+        "|---|---:|",
+        f"| polls per worker | {broadcast.get('per_worker')} |",
+        f"| answered with the message / expected | {broadcast['answered']} / "
+        f"{broadcast['expected']} |",
+        f"| p50 / p99 / max ms, from the send's start | {ms('p50_ms_after_start')} / "
+        f"{ms('p99_ms_after_start')} / {ms('max_ms_after_start')} |",
+        f"| p50 / p99 / max ms, from the send's answer | {ms('p50_ms_after_answer')} / "
+        f"{ms('p99_ms_after_answer')} / {ms('max_ms_after_answer')} |",
+        f"| p99 ms of each message | {broadcast['round_p99_ms']} |",
+        f"| send ms of each message | {broadcast['send_ms']} |",
+        f"| server CPU ms per woken read, each message | {broadcast['server_cpu_ms_per_read']} |",
     ]
 
 

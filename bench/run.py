@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from broadcast import run_broadcast
 from load import Operation, PhaseResult, run_op, run_phase, summarise
 from mcp_ops import MCP_LABELS, mcp_operations
 from ops import GROWTH_CAP, LABELS, NotePool, RoundClock, growth_operations, main_operations
@@ -115,6 +116,7 @@ def parse_args() -> Config:
         help="comma-separated operations of the main table to run ('wake': the wake phase)",
     )  # fmt: skip
     parser.add_argument("--skip-wake", action="store_true")
+    parser.add_argument("--skip-broadcast", action="store_true")
     parser.add_argument(
         "--skip-search", action="store_true",
         help="no search phase in the growth runs, and no search index built by their seeding",
@@ -141,6 +143,7 @@ def parse_args() -> Config:
         profile=a.profile,
         only=[o for o in a.only.split(",") if o],
         skip_wake=a.skip_wake,
+        skip_broadcast=a.skip_broadcast,
         wake_pollers=a.wake_pollers,
         skip_search=a.skip_search,
     )
@@ -155,13 +158,18 @@ def prepare_main(
     manage(cfg, env, "migrate", "--noinput")
     state = seed(
         cfg, env, "setup", "--clients", str(cfg.clients), "--rounds", str(cfg.rounds),
-        "--pool", str(cfg.pool),
+        "--pool", str(cfg.pool), "--hall", str(cfg.wake_pollers if runs(cfg, "broadcast") else 0),
     )  # fmt: skip
     state_path = workdir / f"{name}-state.json"
     state_path.write_text(json.dumps(state))
     queries = seed(cfg, env, "queries", "--state", str(state_path), "--explain")
     log(f"{name}: seeded in {state['seconds']} s")
     return env, state, queries
+
+
+def runs(cfg: Config, phase: str) -> bool:
+    """Whether the run has the phase ``wake`` or ``broadcast`` (after the rounds)."""
+    return not getattr(cfg, f"skip_{phase}") and (not cfg.only or phase in cfg.only)
 
 
 def all_operations(
@@ -209,7 +217,7 @@ def run_main(cfg: Config, workdir: Path, pg_url: str | None) -> dict[str, Any]:
     floor = ops["floor"]
     ops = select_ops(cfg, ops)
     results: dict[str, list[PhaseResult]] = {name: [] for name in ops}
-    wake = None
+    wake = broadcast = None
     try:
         warm_up(cfg, server, ops)
         for r in range(cfg.rounds):
@@ -225,13 +233,19 @@ def run_main(cfg: Config, workdir: Path, pg_url: str | None) -> dict[str, Any]:
                     f"{phase.percentile(99) * 1000:7.2f} ms errors {phase.errors}"
                 )
         peaks = server.worker_peak_rss_kib()
-        if not cfg.skip_wake and (not cfg.only or "wake" in cfg.only):
+        if runs(cfg, "wake") or runs(cfg, "broadcast"):
             send_server, other = wake_servers(cfg, env, workdir, server)
             try:
-                wake = run_wake(
-                    cfg, server, send_server, state["pool"][: cfg.wake_pollers],
-                    [p["sender"] for p in state["pairs"]], floor,
-                )  # fmt: skip
+                if runs(cfg, "wake"):
+                    wake = run_wake(
+                        cfg, server, send_server, state["pool"][: cfg.wake_pollers],
+                        [p["sender"] for p in state["pairs"]], floor,
+                    )  # fmt: skip
+                if runs(cfg, "broadcast"):
+                    broadcast = run_broadcast(
+                        server, send_server, state["hall_room"],
+                        state["pool"][: cfg.wake_pollers], state["hall_speaker"],
+                    )  # fmt: skip
             finally:
                 if other is not None:
                     stop_server(other)
@@ -252,6 +266,7 @@ def run_main(cfg: Config, workdir: Path, pg_url: str | None) -> dict[str, Any]:
         "operations": summary,
         "queries": queries,
         "wake": wake,
+        "broadcast": broadcast,
         "worker_peak_rss_mib": round(max(peaks.values()) / 1024, 1) if peaks else None,
         "worker_peak_rss_mib_each": [round(v / 1024, 1) for v in peaks.values()],
     }
@@ -392,6 +407,9 @@ def run(cfg: Config, pg_url: str | None) -> int:
     if wake:
         errors += wake["problem_count"] + len(wake["wake"]["problems"])
         errors += sum(wake[k]["errors"] for k in ("floor_with", "floor_without", "floor_steady"))
+    broadcast = result["main"].get("broadcast")
+    if broadcast:
+        errors += broadcast["problem_count"]
     if errors:
         print(f"bench: {errors} requests failed; the figures above are not trustworthy")
         return 1

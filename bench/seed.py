@@ -126,6 +126,15 @@ def cmd_setup(args: argparse.Namespace) -> None:
     growth_sessions = [_session(growth["reader"]), _session(growth["sender"]), _session(author)]
     _room(growth_sessions[0], "history", growth_sessions)
 
+    # The broadcast phase's room: its speaker and the first --hall sessions of the pool,
+    # every one of them having read it all, so that each waits for the next message.
+    speaker = None
+    if args.hall:
+        speaker = _start(key.key, "hall-speaker")
+        _room(_session(speaker), "hall", [_session(p) for p in pool[: args.hall]])
+        hall = Room.objects.get(slug="hall")
+        Member.objects.filter(room=hall).update(read_seq=hall.head_seq)
+
     out(
         {
             "key": key.raw,
@@ -138,6 +147,8 @@ def cmd_setup(args: argparse.Namespace) -> None:
             "read_room": "read",
             "read_head": Room.objects.get(slug="read").head_seq,
             "history_room": "history",
+            "hall_room": "hall" if args.hall else None,
+            "hall_speaker": speaker,
             "seconds": round(time.perf_counter() - started, 2),
         }
     )
@@ -249,9 +260,11 @@ def _bulk_room_history(slug: str, count: int) -> int:
         # Ordinals continue the room's and the author's, as message_send's do.
         ordinal = Message.objects.filter(room=room).count()
         author_ordinal = Message.objects.filter(room=room, author=author).count()
+        # Reviews took an idempotency key in issue 28: a checkout from before has none.
+        keyed = "idempotency_key" in _columns(Event)
         assert _columns(Event) == [
             "id", "room_id", "seq", "kind", "actor_id", "actor_display_name", "message_id",
-            "verdict", "body", "data", "idempotency_key", "created_at",
+            "verdict", "body", "data", *(["idempotency_key"] if keyed else []), "created_at",
         ], _columns(Event)  # fmt: skip
         report = '{"unseen_before_send": 0, "unresolved_mentions": [], "mention_warnings": []}'
         texts = bodies(seed=first_seq)
@@ -271,7 +284,7 @@ def _bulk_room_history(slug: str, count: int) -> int:
             Event,
             (
                 (event_id + i, room.pk, first_seq + i, "message", author.pk, "",
-                 message_id + i, "", "", "{}", None, now)
+                 message_id + i, "", "", "{}", *([None] if keyed else []), now)
                 for i in range(count)
             ),
         )  # fmt: skip
@@ -440,6 +453,7 @@ def main() -> None:
     setup.add_argument("--spread", type=int, default=50)
     setup.add_argument("--read-events", type=int, default=5000)
     setup.add_argument("--pool", type=int, default=0, help="recipient sessions agent-<i>")
+    setup.add_argument("--hall", type=int, default=0, help="pool sessions in the room 'hall'")
     grow = sub.add_parser("grow")
     grow.add_argument("--state", required=True)
     grow.add_argument("--rows", type=int, required=True)

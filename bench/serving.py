@@ -47,6 +47,7 @@ class Config:
     profile: bool
     only: list[str]
     skip_wake: bool = False
+    skip_broadcast: bool = False
     wake_pollers: int = 1000
     # The search phase runs with the growth runs, on their history (bench/corpus.py).
     skip_search: bool = False

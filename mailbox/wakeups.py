@@ -138,6 +138,7 @@ def wait_for(
     idle: Callable[[], T],
     topics: Iterable[str],
     since: Callable[[], object] | None = None,
+    look_first: bool = False,
 ) -> T:
     """The first answer ``check`` gives within ``seconds``, or ``idle()``.
 
@@ -150,6 +151,13 @@ def wait_for(
     A call that waits for a change, rather than for something to exist,
     passes ``since``: what it saw when it began, taken once, and handed to
     every ``check`` of the call (``check(seen)``), parked runs included.
+
+    A call whose ``check`` claims nothing (a room read: what it answers is
+    also there for the session's other calls) passes ``look_first``: woken,
+    it looks before it asks whether newer calls pushed it out, and asks only
+    when the look finds nothing. A call pushed out answers at once with what
+    it has, so one that has an answer gives it either way; one message that
+    wakes 1,000 such calls then costs them one query less each.
 
     Under plumb's server the call *parks* (``common.wake.Parked``): its thread
     goes back to the pool while the event loop waits, and the request runs
@@ -175,15 +183,23 @@ def wait_for(
         # Subscribed before the ticket is read: a newer call that records its
         # own after that read wakes this subscription.
         subscription = _subscribe(session, topics, ticket)
+        if not look_first:
+            # Its check may be the claim itself, which the hint must not skip. A
+            # call that looks first claims nothing: its answer's notes go by the
+            # hint of this very run's authentication, as any call's do.
+            session.notes_maybe_pending = True
         try:
-            superseded = _superseded(session, ticket)
+            answer = check() if look_first else None
+            superseded = answer is None and _superseded(session, ticket)
         except BaseException:
             wake.unsubscribe(subscription)
             raise
-        if superseded:
+        if answer is not None or superseded:
             wake.unsubscribe(subscription)
-            return idle()
-        session.notes_maybe_pending = True
+            return idle() if answer is None else answer
+        if look_first:
+            # Looked after subscribing already: a commit since has woken the subscription.
+            return _park(subscription, idle, deadline, ticket, seen)
         return _park_or_answer(subscription, check, idle, deadline, ticket, seen)
     if seconds <= 0:
         return _answer(check, idle)
@@ -228,9 +244,17 @@ def _park_or_answer(subscription, check, idle, deadline: float, ticket: str, see
     except BaseException:
         wake.unsubscribe(subscription)
         raise
-    if answer is not None or deadline <= time.monotonic():
+    if answer is not None:
         wake.unsubscribe(subscription)
-        return idle() if answer is None else answer
+        return answer
+    return _park(subscription, idle, deadline, ticket, seen)
+
+
+def _park(subscription, idle, deadline: float, ticket: str, seen: object):
+    """Park on ``subscription`` (nothing to answer yet), or answer ``idle()`` past the deadline."""
+    if deadline <= time.monotonic():
+        wake.unsubscribe(subscription)
+        return idle()
     if seen is not _NOTHING_SEEN:
         _keep_seen(ticket, deadline, seen)
     # The front waits on the subscription, and unsubscribes it.

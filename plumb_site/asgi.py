@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -49,7 +50,7 @@ from django.conf import settings
 from django.core.signals import request_finished
 from django.urls import Resolver404, get_resolver
 
-from common import metrics, wake
+from common import groupcommit, metrics, wake
 from plumb_site.mcp.jsonrpc import refused_before_reading
 from plumb_site.wsgi import application as wsgi_application
 
@@ -61,6 +62,7 @@ Send = Callable[[Message], Awaitable[None]]
 Response = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 django_threads = ThreadPoolExecutor(settings.PLUMB_THREADS, thread_name_prefix="django")
+logger = logging.getLogger(__name__)
 
 
 class _Refused(Exception):
@@ -150,12 +152,14 @@ async def _refuse(send: Send, refusal: _Refused, path: str) -> None:
 
 def _django(
     scope: Scope, body: bytes, may_park: bool, resumed: wake.Resumed | None, labels: dict
-) -> Response | wake.Parked:
+) -> tuple[Response | wake.Parked, list[groupcommit.Write]]:
     """One request through Django's WSGI application, in a thread of the pool.
 
     A waiting call that parks (``wake.Parked``) unwinds the request; its
     ``request_finished`` is sent here, as Django would have at its end.
     ``labels`` gets the request's metric labels (``metrics.FRONT_LABELS``).
+    Also returns the writes the request deferred (``common/groupcommit.py``):
+    its answer waits for their commit.
     """
     environ = build_environ(scope, io.BytesIO(body))
     # The body is all here, however it was framed: Django reads what this says.
@@ -168,20 +172,34 @@ def _django(
         started[:] = [status, headers]
         return chunks.append
 
-    try:
-        with wake.parking(allowed=may_park, resumed=resumed):
-            result = wsgi_application(environ, start_response)
-    except wake.Parked as parked:
-        request_finished.send(sender=type(parked))
-        return parked
-    try:
-        chunks.extend(result)
-    finally:
-        if hasattr(result, "close"):
-            result.close()  # Django's request_finished: connections are tidied here
+    with groupcommit.collecting() as writes:
+        try:
+            with wake.parking(allowed=may_park, resumed=resumed):
+                result = wsgi_application(environ, start_response)
+        except wake.Parked as parked:
+            request_finished.send(sender=type(parked))
+            return parked, writes
+        try:
+            chunks.extend(result)
+        finally:
+            if hasattr(result, "close"):
+                result.close()  # Django's request_finished: connections are tidied here
     status, headers = started
     encoded = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
-    return int(status.split(" ", 1)[0]), encoded, b"".join(chunks)
+    return (int(status.split(" ", 1)[0]), encoded, b"".join(chunks)), writes
+
+
+_group_commit = groupcommit.GroupCommit()
+
+
+def _unavailable(scope: Scope) -> Response:
+    """The answer of a request whose deferred writes did not commit: never its own."""
+    body = refused_before_reading(
+        scope["path"], 503, "database_unavailable", "The database did not take a write; try again."
+    )
+    payload = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"retry-after", b"1")]
+    return 503, [*headers, (b"content-length", str(len(payload)).encode())], payload
 
 
 _parked = 0  # waiting calls this process holds on its event loop
@@ -205,9 +223,16 @@ async def _answer(scope: Scope, body: bytes, gone: asyncio.Future, labels: dict)
     resumed = None
     while True:
         may_park = _parked < settings.PLUMB_PARKED_POLLS
-        outcome = await loop.run_in_executor(
+        outcome, writes = await loop.run_in_executor(
             django_threads, _django, scope, body, may_park, resumed, labels
         )
+        if writes:
+            # Committed with those of the requests beside it; answered only once durable.
+            try:
+                await _group_commit.commit(writes)
+            except Exception:
+                logger.exception("deferred writes of %s did not commit", scope["path"])
+                return _unavailable(scope)
         if not isinstance(outcome, wake.Parked):
             return outcome
         _parked += 1

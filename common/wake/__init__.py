@@ -81,6 +81,7 @@ __all__ = [
     "publish",
     "published_by_query",
     "resumed",
+    "resuming",
     "subscribe",
     "subscribed",
     "subscriptions",
@@ -131,6 +132,11 @@ def parking(*, allowed: bool, resumed: Resumed | None = None) -> Iterator[None]:
 
 def may_park() -> bool:
     return getattr(_parking, "allowed", False)
+
+
+def resuming() -> bool:
+    """Whether this request resumes a parked call (a look that leaves it for ``resumed``)."""
+    return getattr(_parking, "resumed", None) is not None
 
 
 def resumed() -> Resumed | None:

@@ -25,7 +25,7 @@ from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from common import limits, metrics
+from common import groupcommit, limits, metrics, wake
 from common.errors import ValidationFailed
 from common.pause import pause_point
 from common.prepared import Prepared, PreparedInsert, PreparedObjects
@@ -454,8 +454,28 @@ def session_touch(session: Session, *, now: datetime | None = None) -> None:
     threshold = now - timedelta(seconds=settings.PLUMB_SEEN_WRITE_INTERVAL)
     if session.last_seen_at > threshold:
         return
-    Session.objects.filter(pk=session.pk, last_seen_at__lte=threshold).update(last_seen_at=now)
+    # A woken waiting call's write joins the group commit of the requests
+    # beside it (common/groupcommit.py): a message that wakes 1,000 waiting
+    # calls, each quiet for longer than the interval, makes a few writes.
+    if not (wake.resuming() and groupcommit.defer(sessions_touch, (session.pk, now))):
+        sessions_touch([(session.pk, now)])
     session.last_seen_at = now
+
+
+def sessions_touch(touches: list[tuple[int, datetime]]) -> None:
+    """``last_seen_at`` of many sessions (``(pk, now)`` pairs) forward to the latest ``now``.
+
+    One conditional UPDATE: each of them was seen at the latest of those
+    times too (its request waits for this write), and a session another
+    process refreshed within the interval is left as it is.
+    """
+    latest = max(now for _, now in touches)
+    threshold = latest - timedelta(seconds=settings.PLUMB_SEEN_WRITE_INTERVAL)
+    pks = sorted({pk for pk, _ in touches})
+    for start in range(0, len(pks), 500):  # well under SQLite's parameter limit
+        Session.objects.filter(pk__in=pks[start : start + 500], last_seen_at__lte=threshold).update(
+            last_seen_at=latest
+        )
 
 
 # --- freeing generated names ----------------------------------------------------------

@@ -263,18 +263,6 @@ def message_receipts_for_session(
     return message, read_by, unread_by
 
 
-def events_after_exist(room: Room, *, after_seq: int, kinds: list[str] | None) -> bool:
-    """Whether a read after ``after_seq``, filtered by ``kinds``, would return an event.
-
-    A waiting ``read_messages`` asks this each time it is woken: one look-up in the
-    (room, seq) index, instead of the page and its related rows.
-    """
-    events = Event.objects.filter(room=room, seq__gt=after_seq)
-    if kinds:
-        events = events.filter(kind__in=kinds)
-    return events.exists()
-
-
 def joined_room_ids(session: Session) -> list[int]:
     return list(
         Member.objects.filter(name_id=session.name_id, left_at__isnull=True).values_list(

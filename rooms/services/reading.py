@@ -10,16 +10,14 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from common import groupcommit
 from common.errors import ValidationFailed
+from common.pause import pause_point
 from mailbox import wakeups
 from mailbox.models import Session
 from rooms.errors import RoomNotFound
 from rooms.models import Event, Member, Room
-from rooms.selectors import (
-    UNREAD_KINDS,
-    events_after_exist,
-    member_get_for_session,
-)
+from rooms.selectors import UNREAD_KINDS, member_get_for_session
 from rooms.selectors.pages import PageEvent, events_page
 from rooms.services.stream import current_member, room_topic
 
@@ -44,11 +42,36 @@ def read_position_set(session: Session, slug: str, *, seq: int) -> tuple[Room, M
     return room, member
 
 
-def read_advance(member: Member, seq: int) -> None:
-    """Forward-only: a conditional UPDATE, so racing readers never move it back."""
+def read_advance(member: Member, seq: int, *, group: bool = False) -> None:
+    """Forward-only: a conditional UPDATE, so racing readers never move it back.
+
+    With ``group``, under plumb's server, the UPDATE joins the group commit of
+    the requests beside it (``common/groupcommit.py``): the read's answer goes
+    out once it is committed, with the other reads one message woke.
+    """
     if seq > member.read_seq:
-        Member.objects.filter(pk=member.pk, read_seq__lt=seq).update(read_seq=seq)
+        if not (group and groupcommit.defer(read_positions_advance, (member.pk, seq))):
+            Member.objects.filter(pk=member.pk, read_seq__lt=seq).update(read_seq=seq)
         member.read_seq = seq
+
+
+def read_positions_advance(advances: list[tuple[int, int]]) -> None:
+    """Move many members' read positions forward (``(member pk, seq)`` pairs), never back.
+
+    One conditional UPDATE per distinct seq: the reads one message woke all
+    move to the same seq, so a batch of them is one statement.
+    """
+    by_seq: dict[int, list[int]] = {}
+    for pk, seq in advances:
+        by_seq.setdefault(seq, []).append(pk)
+    for seq, pks in sorted(by_seq.items()):
+        for start in range(0, len(pks), _ADVANCE_CHUNK):
+            chunk = pks[start : start + _ADVANCE_CHUNK]
+            Member.objects.filter(pk__in=chunk, read_seq__lt=seq).update(read_seq=seq)
+
+
+# Members per UPDATE: well under SQLite's limit on a statement's parameters.
+_ADVANCE_CHUNK = 500
 
 
 @dataclass
@@ -93,22 +116,29 @@ def events_read(
     room, member = member_get_for_session(session, slug)
     reference = after_seq if after_seq is not None else member.read_seq
 
-    def read() -> EventsRead:
-        return _read(session, slug, reference, limit=limit, kinds=kinds, mark_read=mark_read)
+    def read(loaded: tuple[Room, Member] | None = None) -> EventsRead:
+        # A waiting read's position joins the group commit: one message wakes
+        # every member waiting in the room at once (common/groupcommit.py).
+        return _read(
+            session, slug, reference, limit=limit, kinds=kinds, mark_read=mark_read,
+            loaded=loaded, group=True,
+        )  # fmt: skip
 
     looks = itertools.count()
 
     def check() -> EventsRead | None:
-        if next(looks):
-            # Woken: a caller removed from the room meanwhile is refused as a
-            # new call would be, whatever kinds it waits for (SPEC §3.3).
-            member_get_for_session(session, slug)
-        if not events_after_exist(room, after_seq=reference, kinds=kinds):
-            return None
-        found = read()
+        # The first look of this run reads the page with the membership just
+        # loaded; a later one (woken in its thread) loads it again, so that a
+        # caller removed from the room meanwhile is refused as a new call
+        # would be, whatever kinds it waits for (SPEC §3.3).
+        found = read((room, member) if next(looks) == 0 else None)
         return found if found.events else None
 
-    return wakeups.wait_for(session, check, seconds=wait, idle=read, topics=[room_topic(room.pk)])
+    # A read claims nothing (the events stay there for the session's other
+    # calls): woken, it looks before it asks whether it was pushed out.
+    return wakeups.wait_for(
+        session, check, seconds=wait, idle=read, topics=[room_topic(room.pk)], look_first=True
+    )
 
 
 def _read(
@@ -119,13 +149,18 @@ def _read(
     limit: int,
     kinds: list[str] | None,
     mark_read: bool,
+    loaded: tuple[Room, Member] | None = None,
+    group: bool = False,
 ) -> EventsRead:
-    room, member = member_get_for_session(session, slug)
+    room, member = loaded if loaded is not None else member_get_for_session(session, slug)
     start = after_seq if after_seq is not None else member.read_seq
     events, has_more = events_page(room, after_seq=start, limit=limit, kinds=kinds)
     if mark_read and events:
+        # The page is read, the position not yet moved: a send may commit here.
+        pause_point("read.paged")
         seen = max(start, member.read_seq)
-        read_advance(member, _received_up_to(room, member.name_id, seen, events, kinds))
+        received = _received_up_to(room, member.name_id, seen, events, kinds)
+        read_advance(member, received, group=group)
     latest = max(room.head_seq, events[-1].seq if events else 0)
     return EventsRead(
         room=room,
