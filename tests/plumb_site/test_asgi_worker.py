@@ -285,9 +285,12 @@ def test_the_names_the_worker_swaps_and_wraps_are_gunicorns():
         assert attribute in source, attribute
 
 
-def test_the_worker_runs_on_uvloop_and_keeps_its_backlog_wrapper():
+def test_the_worker_runs_on_uvloop_and_keeps_its_backlog_wrapper(monkeypatch, tmp_path):
     import uvloop
 
+    # The config sets PROMETHEUS_MULTIPROC_DIR for gunicorn's processes when imported: set
+    # here (and taken back after), so that later tests' subprocesses do not inherit it.
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     from plumb_site import gunicorn_config
 
     assert gunicorn_config.asgi_loop == "uvloop"
