@@ -251,7 +251,7 @@ def _bulk_room_history(slug: str, count: int) -> int:
         author_ordinal = Message.objects.filter(room=room, author=author).count()
         assert _columns(Event) == [
             "id", "room_id", "seq", "kind", "actor_id", "actor_display_name", "message_id",
-            "verdict", "body", "data", "created_at",
+            "verdict", "body", "data", "idempotency_key", "created_at",
         ], _columns(Event)  # fmt: skip
         report = '{"unseen_before_send": 0, "unresolved_mentions": [], "mention_warnings": []}'
         texts = bodies(seed=first_seq)
@@ -271,7 +271,7 @@ def _bulk_room_history(slug: str, count: int) -> int:
             Event,
             (
                 (event_id + i, room.pk, first_seq + i, "message", author.pk, "",
-                 message_id + i, "", "", "{}", now)
+                 message_id + i, "", "", "{}", None, now)
                 for i in range(count)
             ),
         )  # fmt: skip
