@@ -46,7 +46,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
+from django.db.models import Model
 
+from common.prepared import Ref, Writes
 from common.search.query import Query, Term
 from common.search.text import document, words
 
@@ -88,12 +90,16 @@ class SearchIndex:
     ) -> None:
         """Index text ``pk`` on ``cursor``, in the caller's transaction: one statement,
         the row on PostgreSQL, the queued row on SQLite."""
-        vendor = connections[using].vendor
-        if vendor == "postgresql":
-            sql = f'INSERT INTO "{self.table}" ("{self.key}", document) VALUES (%s, %s::tsvector)'
-        else:
-            sql = f'INSERT INTO "{self.pending}" (id, document) VALUES (%s, %s)'
-        cursor.execute(sql, [pk, prepared])
+        cursor.execute(self._insert_sql(using), [pk, prepared])
+
+    def insert_with(self, writes: Writes, text: Model, prepared: str) -> None:
+        """``insert_prepared`` as one of ``writes``, for a text that ``writes`` inserts."""
+        writes.execute(self._insert_sql(writes.using), [Ref(text), prepared])
+
+    def _insert_sql(self, using: str) -> str:
+        if connections[using].vendor == "postgresql":
+            return f'INSERT INTO "{self.table}" ("{self.key}", document) VALUES (%s, %s::tsvector)'
+        return f'INSERT INTO "{self.pending}" (id, document) VALUES (%s, %s)'
 
     @property
     def pending(self) -> str:

@@ -31,6 +31,7 @@ from common.prepared import (
     Prepared,
     PreparedInsert,
     PreparedUpdate,
+    Writes,
     concrete_attnames,
     instances_from_row,
 )
@@ -338,12 +339,15 @@ def _send_locked(
             send_report=report,
             created_at=now,
         )
-        _insert_message.insert(message, cursor=cursor)
+        # The message, its words, the head seq, the event, the read position and
+        # the wake-up: one statement on PostgreSQL (common.prepared.Writes).
+        writes = Writes(cursor)
+        writes.insert(_insert_message, message)
         # Searchable the moment the send returns: same transaction (SPEC §9).
-        MESSAGE_INDEX.insert_prepared(message.pk, indexed, cursor=cursor)
+        MESSAGE_INDEX.insert_with(writes, message, indexed)
         append_event(
             room,
-            cursor=cursor,
+            writes=writes,
             kind=Event.Kind.MESSAGE,
             actor=session.name,
             actor_display_name=member.display_name,
@@ -351,14 +355,15 @@ def _send_locked(
             created_at=now,
             flood=(flood.window, flood.count) if flood is not None else None,
         )
+        # Step 5: the sender has seen everything up to its own message only if
+        # nothing from others sat above its read position.
+        if state.newer is None:
+            writes.update(_advance_read_seq, member.pk, message.seq, read_seq=message.seq)
+        writes.run()
         if resolved["names"]:
             MessageMention.objects.bulk_create(
                 [MessageMention(message=message, name_id=n) for n in resolved["names"]]
             )
-        # Step 5: the sender has seen everything up to its own message only if
-        # nothing from others sat above its read position.
-        if state.newer is None:
-            _advance_read_seq.update(member.pk, message.seq, cursor=cursor, read_seq=message.seq)
     return MessageSent(
         message=message,
         latest_seq=room.head_seq,
