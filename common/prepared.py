@@ -452,7 +452,8 @@ class Writes:
     A write that needs the key of an earlier insert passes ``Ref(instance)``
     for it. Elsewhere (SQLite: no data-modifying CTEs, and no round trips to
     save) each write runs as it is added, on ``cursor``, and a ``Ref`` is the
-    key that insert just got: the statements SQLite ran before.
+    key that insert just got: one statement per write, as ``PreparedInsert``
+    and ``PreparedUpdate`` run them alone.
 
     On PostgreSQL every part of the statement sees the database as it was
     when the statement began, and sees another part's rows only through its
