@@ -46,9 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
-from django.db.models import Model
 
-from common.prepared import Ref, Writes
 from common.search.query import Query, Term
 from common.search.text import document, words
 
@@ -92,9 +90,12 @@ class SearchIndex:
         the row on PostgreSQL, the queued row on SQLite."""
         cursor.execute(self._insert_sql(using), [pk, prepared])
 
-    def insert_with(self, writes: Writes, text: Model, prepared: str) -> None:
-        """``insert_prepared`` as one of ``writes``, for a text that ``writes`` inserts."""
-        writes.execute(self._insert_sql(writes.using), [Ref(text), prepared])
+    def insert_with(self, writes: Any, key: Any, prepared: str) -> None:
+        """``insert_prepared`` as one of ``writes`` (``common.prepared.Writes``).
+
+        ``key``: the text's id, or a ``Ref`` to the text when ``writes`` inserts it.
+        """
+        writes.execute(self._insert_sql(writes.using), [key, prepared])
 
     def _insert_sql(self, using: str) -> str:
         if connections[using].vendor == "postgresql":

@@ -44,12 +44,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import BooleanField, Func, Value
 
-from common.prepared import Writes
 from common.wake import host, postgres
 from common.wake.host import wake_dir
 from common.wake.postgres import CHANNEL
@@ -70,6 +70,7 @@ __all__ = [
     "MARK",
     "NUMBER",
     "WAKE_ALL",
+    "Carrier",
     "Listening",
     "NotifyEach",
     "Parked",
@@ -175,7 +176,16 @@ def _after_commit(topics: list[str]) -> None:
     host.send(topics)
 
 
-def publish_with(writes: Writes, topics: Iterable[str]) -> None:
+class Carrier(Protocol):
+    """Writes sent as one statement (``common.prepared.Writes``), which may carry a NOTIFY."""
+
+    together: bool  # sent as one statement (PostgreSQL)
+    using: str
+
+    def select(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+
+def publish_with(writes: Carrier, topics: Iterable[str]) -> None:
     """``publish``, its NOTIFY carried by the statement of ``writes`` (PostgreSQL).
 
     ``writes`` sends its INSERTs and UPDATEs as one statement there: the

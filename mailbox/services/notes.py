@@ -14,7 +14,7 @@ from common import metrics, wake
 from common.bodies import body_prepare, idempotency_key_check
 from common.errors import ValidationFailed
 from common.pause import pause_point
-from common.prepared import PreparedInsert, PreparedObjects, Writes
+from common.prepared import PreparedInsert, PreparedObjects, Ref, Writes
 from mailbox import wakeups
 from mailbox.errors import (
     ConversationExhausted,
@@ -257,7 +257,7 @@ def _store(
             _insert_note, note, refs={"conversation_id": conversation} if new_thread else None
         )
         # Searchable by its participants the moment note_leave returns (SPEC §9).
-        NOTE_INDEX.insert_with(writes, note, indexed)
+        NOTE_INDEX.insert_with(writes, Ref(note), indexed)
         if new_thread:
             # Nobody else knows the thread yet: its participants are inserted
             # outright, the sender as having written.

@@ -40,6 +40,7 @@ from common.prepared import (
     Prepared,
     PreparedInsert,
     PreparedUpdate,
+    Ref,
     Writes,
     concrete_attnames,
     instances_from_row,
@@ -381,7 +382,7 @@ def _send_locked(
         writes = Writes(cursor)
         writes.insert(_insert_message, message)
         # Searchable the moment the send returns: same transaction (SPEC §9).
-        MESSAGE_INDEX.insert_with(writes, message, indexed)
+        MESSAGE_INDEX.insert_with(writes, Ref(message), indexed)
         append_event(
             room,
             writes=writes,
