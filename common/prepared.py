@@ -301,6 +301,28 @@ class PreparedInsert:
         plan = [(f, f.attname, _as_is_types(f, connection)) for f in self._fields]
         self._compiled[using] = (sql, plan)
 
+    def statement(
+        self, instances: Sequence[Model], using: str = "default"
+    ) -> tuple[str, list[Any], str]:
+        """The INSERT of ``instances`` (no RETURNING), its parameters and the key's column.
+
+        For ``Writes``, which may put a ``Ref`` in place of a parameter.
+        """
+        connection = connections[using]
+        self.prepare(using)
+        _, plan = self._compiled[using]
+        sql = self._compiled_many.get((using, len(instances)))
+        if sql is None:
+            quote = connection.ops.quote_name
+            columns = ", ".join(quote(f.column) for f in self._fields)
+            marks = "(" + ", ".join(["%s"] * len(self._fields)) + ")"
+            sql = self._compiled_many[(using, len(instances))] = (
+                f"INSERT INTO {quote(self._model._meta.db_table)} ({columns}) "
+                f"VALUES {', '.join([marks] * len(instances))}"
+            )
+        params = [value for i in instances for value in _row_params(i, plan, connection)]
+        return sql, params, connection.ops.quote_name(self._model._meta.pk.column)
+
     def insert(self, instance: Model, using: str = "default", cursor=None) -> None:
         connection = connections[using]
         compiled = self._compiled.get(using)
@@ -323,21 +345,9 @@ class PreparedInsert:
         For rows nobody reads again in the transaction (a new thread's
         participants): one statement instead of one per row.
         """
-        connection = connections[using]
-        self.prepare(using)
-        _, plan = self._compiled[using]
-        rows = self._compiled_many.get((using, len(instances)))
-        if rows is None:
-            quote = connection.ops.quote_name
-            columns = ", ".join(quote(f.column) for f in self._fields)
-            marks = "(" + ", ".join(["%s"] * len(self._fields)) + ")"
-            rows = self._compiled_many[(using, len(instances))] = (
-                f"INSERT INTO {quote(self._model._meta.db_table)} ({columns}) "
-                f"VALUES {', '.join([marks] * len(instances))}"
-            )
-        params = [value for i in instances for value in _row_params(i, plan, connection)]
+        rows, params, _ = self.statement(instances, using)
         if cursor is None:
-            with connection.cursor() as cursor:
+            with connections[using].cursor() as cursor:
                 cursor.execute(rows, params)
         else:
             cursor.execute(rows, params)
@@ -383,6 +393,18 @@ class PreparedUpdate:
         return self._run(pks, where_params, using, cursor, values)
 
     def _run(self, pks, where_params, using: str, cursor, values: dict[str, Any]) -> int:
+        sql, params = self.statement(pks, where_params, using, values)
+        if cursor is None:
+            with connections[using].cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.rowcount
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+    def statement(
+        self, pks: Sequence[Any], where_params: Sequence[Any], using: str, values: dict[str, Any]
+    ) -> tuple[str, list[Any]]:
+        """The UPDATE's SQL and parameters, for ``_run`` and for ``Writes``."""
         connection = connections[using]
         compiled = self._compiled.get(using)
         if compiled is None:
@@ -403,9 +425,187 @@ class PreparedUpdate:
                 value = f.get_db_prep_save(value, connection)
             params.append(value)
         params += [*pks, *where_params]
-        if cursor is None:
-            with connection.cursor() as cursor:
-                cursor.execute(sql, params)
-                return cursor.rowcount
-        cursor.execute(sql, params)
-        return cursor.rowcount
+        return sql, params
+
+
+class Ref:
+    """A parameter of ``Writes``: the key of an instance that the same ``Writes`` inserts."""
+
+    __slots__ = ("instance",)
+
+    def __init__(self, instance: Model) -> None:
+        self.instance = instance
+
+
+class Writes:
+    """The writes of one unit of work, sent as one statement on PostgreSQL.
+
+    Add each INSERT and UPDATE in the order it would run. On PostgreSQL they
+    wait, and ``run()`` sends them as one statement of data-modifying CTEs,
+
+        WITH w0 AS (INSERT ... RETURNING id), w1 AS (INSERT ... VALUES ((SELECT id FROM w0), ...)),
+             w2 AS (UPDATE ...)
+        SELECT (SELECT id FROM w0), ...
+
+    one round trip where each write alone costs one (a durable send waits
+    for its commit anyway; the trips before it are what the server can save).
+    A write that needs the key of an earlier insert passes ``Ref(instance)``
+    for it. Elsewhere (SQLite: no data-modifying CTEs, and no round trips to
+    save) each write runs as it is added, on ``cursor``, and a ``Ref`` is the
+    key that insert just got: one statement per write, as ``PreparedInsert``
+    and ``PreparedUpdate`` run them alone.
+
+    On PostgreSQL every part of the statement sees the database as it was
+    when the statement began, and sees another part's rows only through its
+    RETURNING: so the writes of one ``Writes`` may not touch the same row,
+    nor read what another writes (they never do: each inserts or updates its
+    own row). Every part runs to completion whether or not it is read. A
+    failing part (a unique key) fails the statement, and so the transaction,
+    as it would have failed alone. Foreign keys are checked at the commit
+    (Django declares them deferrable), when every row is there.
+    """
+
+    def __init__(self, cursor=None, using: str = "default") -> None:
+        """``cursor``: an open cursor of ``using`` to run on, else one is opened per statement."""
+        self.cursor = cursor
+        self.using = using
+        self.together = connections[using].vendor == "postgresql"
+        # Per part: its SQL with %s for each parameter, the parameters (a Ref
+        # among them), the key's column and the instance whose key it returns.
+        self._parts: list[tuple[str, list[Any], str, Model | None]] = []
+        self._refs: list[tuple[Model, str, Model]] = []  # (instance, attname, referenced)
+        self._selects: list[tuple[str, list[Any]]] = []
+
+    def insert(
+        self, prepared: PreparedInsert, instance: Model, *, refs: dict[str, Model] | None = None
+    ) -> None:
+        """Insert ``instance``; its key is set by the time ``run()`` returns (at once on SQLite).
+
+        ``refs``: attributes (``message_id``) that take the key of another
+        instance: one inserted earlier by these writes, or by anything before.
+        """
+        if not self.together:
+            for attname, referenced in (refs or {}).items():
+                setattr(instance, attname, referenced.pk)
+            prepared.insert(instance, using=self.using, cursor=self.cursor)
+            return
+        sql, params, key = prepared.statement([instance], self.using)
+        self._refer(prepared, [instance], params, refs)
+        self._parts.append((sql, params, key, instance))
+
+    def insert_many(
+        self,
+        prepared: PreparedInsert,
+        instances: Sequence[Model],
+        *,
+        refs: dict[str, Model] | None = None,
+    ) -> None:
+        """Insert ``instances`` in one part; their keys are not read back (``insert_many``)."""
+        if not self.together:
+            for instance in instances:
+                for attname, referenced in (refs or {}).items():
+                    setattr(instance, attname, referenced.pk)
+            prepared.insert_many(instances, using=self.using, cursor=self.cursor)
+            return
+        sql, params, key = prepared.statement(instances, self.using)
+        self._refer(prepared, instances, params, refs)
+        self._parts.append((sql, params, key, None))
+
+    def update(self, prepared: PreparedUpdate, pk: Any, *where_params: Any, **values: Any) -> None:
+        """``prepared.update(pk, ...)``, as one part (its count of rows is not read)."""
+        if not self.together:
+            prepared.update(pk, *where_params, using=self.using, cursor=self.cursor, **values)
+            return
+        sql, params = prepared.statement([pk], where_params, self.using, values)
+        self._parts.append((sql, params, "", None))
+
+    def execute(self, sql: str, params: Sequence[Any]) -> None:
+        """Any other write: ``sql`` with ``%s`` per parameter, a ``Ref`` among them."""
+        params = list(params)
+        if not self.together:
+            params = [p.instance.pk if isinstance(p, Ref) else p for p in params]
+            if self.cursor is None:
+                with connections[self.using].cursor() as cursor:
+                    cursor.execute(sql, params)
+            else:
+                self.cursor.execute(sql, params)
+            return
+        self._parts.append((sql, params, "", None))
+
+    def select(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """An expression for the statement's SELECT (PostgreSQL only: ``together``)."""
+        if not self.together:
+            raise ValueError("only writes sent together have a SELECT")
+        self._selects.append((sql, list(params)))
+
+    def run(self) -> list[Any]:
+        """Send what waits (PostgreSQL); the values of the ``select`` expressions."""
+        if not self.together or not (self._parts or self._selects):
+            return []
+        # The part that inserts each instance: its name and its key's column.
+        inserted = {
+            id(instance): (f"w{i}", key)
+            for i, (_, _, key, instance) in enumerate(self._parts)
+            if instance is not None
+        }
+        ctes, params, keys, returned = [], [], [], []
+        for i, (sql, part_params, key, instance) in enumerate(self._parts):
+            name = f"w{i}"
+            pieces = sql.split("%s")
+            text = [pieces[0]]
+            for value, piece in zip(part_params, pieces[1:], strict=True):
+                if isinstance(value, Ref):
+                    if id(value.instance) not in inserted:
+                        raise ValueError("a Ref names an instance that these writes do not insert")
+                    ref_name, ref_key = inserted[id(value.instance)]
+                    text.append(f"(SELECT {ref_key} FROM {ref_name})")
+                else:
+                    text.append("%s")
+                    params.append(value)
+                text.append(piece)
+            if instance is not None:
+                text.append(f" RETURNING {key}")
+                keys.append(f"(SELECT {key} FROM {name})")
+                returned.append(instance)
+            ctes.append(f"{name} AS ({''.join(text)})")
+        selects = keys + [sql for sql, _ in self._selects]
+        for _, select_params in self._selects:
+            params.extend(select_params)
+        statement = f"WITH {', '.join(ctes)} SELECT {', '.join(selects) or '1'}"
+        if self.cursor is None:
+            with connections[self.using].cursor() as cursor:
+                cursor.execute(statement, params)
+                row = cursor.fetchone()
+        else:
+            self.cursor.execute(statement, params)
+            row = self.cursor.fetchone()
+        for instance, value in zip(returned, row, strict=False):
+            instance.pk = value
+            instance._state.adding = False
+            instance._state.db = self.using
+        for instance, attname, target in self._refs:
+            setattr(instance, attname, target.pk)
+        self._parts, self._refs, self._selects = [], [], []
+        return list(row[len(returned) :])
+
+    def _refer(
+        self,
+        prepared: PreparedInsert,
+        instances: Sequence[Model],
+        params: list[Any],
+        refs: dict[str, Model] | None,
+    ) -> None:
+        """Put a ``Ref`` in ``params`` for each attribute of ``refs``, row by row."""
+        if not refs:
+            return
+        attnames = [f.attname for f in prepared._fields]
+        width = len(attnames)
+        for attname, target in refs.items():
+            column = attnames.index(attname)
+            for row, instance in enumerate(instances):
+                if target.pk is not None:  # inserted before: its key is known
+                    setattr(instance, attname, target.pk)
+                    params[row * width + column] = target.pk
+                    continue
+                params[row * width + column] = Ref(target)
+                self._refs.append((instance, attname, target))

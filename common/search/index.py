@@ -88,12 +88,19 @@ class SearchIndex:
     ) -> None:
         """Index text ``pk`` on ``cursor``, in the caller's transaction: one statement,
         the row on PostgreSQL, the queued row on SQLite."""
-        vendor = connections[using].vendor
-        if vendor == "postgresql":
-            sql = f'INSERT INTO "{self.table}" ("{self.key}", document) VALUES (%s, %s::tsvector)'
-        else:
-            sql = f'INSERT INTO "{self.pending}" (id, document) VALUES (%s, %s)'
-        cursor.execute(sql, [pk, prepared])
+        cursor.execute(self._insert_sql(using), [pk, prepared])
+
+    def insert_with(self, writes: Any, key: Any, prepared: str) -> None:
+        """``insert_prepared`` as one of ``writes`` (``common.prepared.Writes``).
+
+        ``key``: the text's id, or a ``Ref`` to the text when ``writes`` inserts it.
+        """
+        writes.execute(self._insert_sql(writes.using), [key, prepared])
+
+    def _insert_sql(self, using: str) -> str:
+        if connections[using].vendor == "postgresql":
+            return f'INSERT INTO "{self.table}" ("{self.key}", document) VALUES (%s, %s::tsvector)'
+        return f'INSERT INTO "{self.pending}" (id, document) VALUES (%s, %s)'
 
     @property
     def pending(self) -> str:

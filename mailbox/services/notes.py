@@ -14,7 +14,7 @@ from common import metrics, wake
 from common.bodies import body_prepare, idempotency_key_check
 from common.errors import ValidationFailed
 from common.pause import pause_point
-from common.prepared import PreparedInsert, PreparedObjects
+from common.prepared import PreparedInsert, PreparedObjects, Ref, Writes
 from mailbox import wakeups
 from mailbox.errors import (
     ConversationExhausted,
@@ -189,6 +189,10 @@ def _store(
     with transaction.atomic(durable=True), connection.cursor() as cursor:
         now = timezone.now()
         new_thread = conversation_id is None
+        # The thread, the note, its words, its participants and the wake-up:
+        # one statement on PostgreSQL (common.prepared.Writes), sent once the
+        # checks and locks below are done.
+        writes = Writes(cursor)
         if new_thread:
             addressee = _resolve_addressee(session, to if to is not None else NEXT, cursor)
             _check_may_send(session, addressee, conversation=None)
@@ -200,7 +204,7 @@ def _store(
                 created_at=now,
                 last_note_at=now,
             )
-            _insert_conversation.insert(conversation, cursor=cursor)
+            writes.insert(_insert_conversation, conversation)
         else:
             conversation = _conversation_for_reply(session, conversation_id)
             if to is None:
@@ -248,9 +252,12 @@ def _store(
             delivery=delivery,
             bound_session_id=bound_id,
         )
-        _insert_note.insert(note, cursor=cursor)
+        # A new thread has no key until the writes run.
+        writes.insert(
+            _insert_note, note, refs={"conversation_id": conversation} if new_thread else None
+        )
         # Searchable by its participants the moment note_leave returns (SPEC §9).
-        NOTE_INDEX.insert_prepared(note.pk, indexed, cursor=cursor)
+        NOTE_INDEX.insert_with(writes, Ref(note), indexed)
         if new_thread:
             # Nobody else knows the thread yet: its participants are inserted
             # outright, the sender as having written.
@@ -266,8 +273,17 @@ def _store(
                 )
                 for name in names
             ]
-            _insert_participant.insert_many(participants, cursor=cursor)
+            writes.insert_many(
+                _insert_participant, participants, refs={"conversation_id": conversation}
+            )
+        if addressee.is_next:
+            # Its topic names the note's key, which the writes are yet to return.
+            writes.run()
+            wake.publish(wakeups.note_topics(note))
         else:
+            wake.publish_with(writes, wakeups.note_topics(note))
+            writes.run()
+        if not new_thread:
             Conversation.objects.filter(pk=conversation.pk).update(
                 notes_count=F("notes_count") + 1, last_position=position, last_note_at=now
             )
@@ -277,7 +293,6 @@ def _store(
             _add_participant(conversation, session.name, wrote=True)
             if addressee.name is not None:
                 _add_participant(conversation, addressee.name, wrote=False)
-        wake.publish(wakeups.note_topics(note))
         pause_point("note.stored")
 
     note.conversation = conversation

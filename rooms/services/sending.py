@@ -19,7 +19,16 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import BigIntegerField, F, FilteredRelation, OuterRef, Q, Subquery, Value
+from django.db.models import (
+    BigIntegerField,
+    F,
+    FilteredRelation,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -31,6 +40,8 @@ from common.prepared import (
     Prepared,
     PreparedInsert,
     PreparedUpdate,
+    Ref,
+    Writes,
     concrete_attnames,
     instances_from_row,
 )
@@ -165,8 +176,13 @@ def message_send(
 # and the new message's ordinals; and whether anything from others sits above
 # the read position. Index look-ups only, however much the caller has not read.
 _FIGURES = ("total", "seen", "own", "own_seen", "newer", "flood_limit")
-_room_for_send = Prepared(
-    lambda slug, name_id, after_seq: (
+
+
+def _room_for_send_query(
+    slug: str, name_id: int, after_seq: int | None, *, snapshot: bool
+) -> QuerySet:
+    figures = _FIGURES + (("snapshot_head_seq",) if snapshot else ())
+    return (
         Room.objects.select_for_update(of=("self",))
         .annotate(
             me=FilteredRelation(
@@ -196,28 +212,43 @@ _room_for_send = Prepared(
             ),
             # The room's project's, read with the room: the flood count costs no query.
             flood_limit=F("project__room_flood_limit"),
+            # The room's head seq in the statement's snapshot (see below).
+            snapshot_head_seq=Subquery(Room.objects.filter(pk=OuterRef("pk")).values("head_seq")),
         )
         .order_by()
         .values_list(
-            *concrete_attnames(Room), *(f"me__{f}" for f in concrete_attnames(Member)), *_FIGURES
+            *concrete_attnames(Room), *(f"me__{f}" for f in concrete_attnames(Member)), *figures
         )
-    ),
-    params=["slug", "name_id", "after_seq"],
+    )
+
+
+_PARAMS = ["slug", "name_id", "after_seq"]
+# SQLite takes its one write lock at BEGIN IMMEDIATE, before any read: what
+# the statement reads is what the send writes into.
+_room_for_send = Prepared(
+    lambda slug, name_id, after_seq: _room_for_send_query(slug, name_id, after_seq, snapshot=False),
+    params=_PARAMS,
 )
-
-
 # PostgreSQL, READ COMMITTED: a statement reads from the snapshot taken when
-# it starts. One that then waits for the room lock gets the room row as it is
-# after the wait, but the member row and every subquery as they were before:
-# a send that queued behind another would miss that send's message (same
-# ordinal, a read position moved past it) and a mute committed meanwhile. So
-# there the room is locked by a statement of its own, and the figures are read
-# by the next one, which starts with the lock held and sees every commit made
-# before it. SQLite takes its one write lock at BEGIN IMMEDIATE, before any
-# read, so one statement is enough there.
-_lock_room_row = Prepared(
-    lambda slug: Room.objects.select_for_update().filter(slug=slug).order_by().values_list("id"),
-    params=["slug"],
+# it starts. One that waited for the room lock gets the room row as it is
+# after the wait (the locked row is read again once it is granted), but the
+# member row and every subquery as they were before: a send that queued
+# behind another would miss that send's message (same ordinal, a read
+# position moved past it) and a mute committed meanwhile. The same holds,
+# without a wait, for a send whose snapshot predates a commit that released
+# the lock just before this statement took it. Every change the figures
+# depend on is made under the room lock by a transaction that appends an
+# event, so it advances the room's head seq; so the figures are current
+# exactly when the head seq of the statement's snapshot (a subquery) equals
+# the locked row's. When they differ, the same statement runs again, with
+# the lock held this time, and sees every commit made before it. (A
+# reader's read position and the project's flood limit are written without
+# the room lock and are read as they are at that moment in either case; a
+# purge changes no figure a send counts.) So a send into a room nobody else writes
+# to at that moment locks and reads in one statement.
+_room_for_send_locking = Prepared(
+    lambda slug, name_id, after_seq: _room_for_send_query(slug, name_id, after_seq, snapshot=True),
+    params=_PARAMS,
 )
 
 
@@ -234,9 +265,17 @@ class _SendState:
 
 
 def _lock_room_for_send(slug: str, name_id: int, after_seq: int | None, cursor) -> _SendState:
-    if connection.vendor != "sqlite":
-        _lock_room_row.rows(cursor=cursor, slug=slug)
-    rows = _room_for_send.rows(cursor=cursor, slug=slug, name_id=name_id, after_seq=after_seq)
+    values = {"slug": slug, "name_id": name_id, "after_seq": after_seq}
+    if connection.vendor == "sqlite":
+        rows = _room_for_send.rows(cursor=cursor, **values)
+    else:
+        rows = _room_for_send_locking.rows(cursor=cursor, **values)
+        head_seq = concrete_attnames(Room).index("head_seq")
+        if rows and rows[0][-1] != rows[0][head_seq]:
+            # Read before the lock was ours: again, now that it is (see above).
+            pause_point("send.figures_stale")
+            rows = _room_for_send_locking.rows(cursor=cursor, **values)
+        rows = [row[:-1] for row in rows]
     if not rows:
         raise RoomNotFound(f"No room is named {slug!r}.")
     row = rows[0]
@@ -338,12 +377,15 @@ def _send_locked(
             send_report=report,
             created_at=now,
         )
-        _insert_message.insert(message, cursor=cursor)
+        # The message, its words, the head seq, the event, the read position and
+        # the wake-up: one statement on PostgreSQL (common.prepared.Writes).
+        writes = Writes(cursor)
+        writes.insert(_insert_message, message)
         # Searchable the moment the send returns: same transaction (SPEC §9).
-        MESSAGE_INDEX.insert_prepared(message.pk, indexed, cursor=cursor)
+        MESSAGE_INDEX.insert_with(writes, Ref(message), indexed)
         append_event(
             room,
-            cursor=cursor,
+            writes=writes,
             kind=Event.Kind.MESSAGE,
             actor=session.name,
             actor_display_name=member.display_name,
@@ -351,14 +393,15 @@ def _send_locked(
             created_at=now,
             flood=(flood.window, flood.count) if flood is not None else None,
         )
+        # Step 5: the sender has seen everything up to its own message only if
+        # nothing from others sat above its read position.
+        if state.newer is None:
+            writes.update(_advance_read_seq, member.pk, message.seq, read_seq=message.seq)
+        writes.run()
         if resolved["names"]:
             MessageMention.objects.bulk_create(
                 [MessageMention(message=message, name_id=n) for n in resolved["names"]]
             )
-        # Step 5: the sender has seen everything up to its own message only if
-        # nothing from others sat above its read position.
-        if state.newer is None:
-            _advance_read_seq.update(member.pk, message.seq, cursor=cursor, read_seq=message.seq)
     return MessageSent(
         message=message,
         latest_seq=room.head_seq,

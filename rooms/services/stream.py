@@ -21,7 +21,7 @@ from typing import Any
 from common import limits, wake
 from common.bodies import text_prepare
 from common.errors import ValidationFailed
-from common.prepared import PreparedInsert, PreparedUpdate
+from common.prepared import PreparedInsert, PreparedUpdate, Writes
 from common.scrubbing import ScrubResult
 from rooms.errors import NotAMember, RoomNotFound
 from rooms.models import Event, Member, Room
@@ -98,31 +98,49 @@ _insert_event = PreparedInsert(Event)
 
 
 def append_event(
-    room: Room, cursor=None, *, flood: tuple[int, int] | None = None, **fields: Any
+    room: Room,
+    cursor=None,
+    *,
+    writes: Writes | None = None,
+    flood: tuple[int, int] | None = None,
+    **fields: Any,
 ) -> Event:
     """Insert the room's next event. The caller holds the room row lock.
 
     ``cursor``: the caller's open cursor, if it has one, to run the statements on.
+    ``writes``: the caller's ``Writes``, to add the event's writes to (sent
+    with the caller's own on PostgreSQL; the event's ``message`` may then be
+    one that ``writes`` inserts). The event's key is known once
+    ``writes.run()`` returned.
     ``flood``: the room's flood window and count with this event
     (``rooms.services.flood``), written by the same UPDATE as the head seq.
     """
+    if writes is None:
+        writes = Writes(cursor)
+        own = True
+    else:
+        own = False
     room.head_seq += 1
     if flood is None:
-        _set_head_seq.update(room.pk, cursor=cursor, head_seq=room.head_seq)
+        writes.update(_set_head_seq, room.pk, head_seq=room.head_seq)
     else:
         room.flood_window, room.flood_count = flood
-        _set_head_seq_and_flood.update(
+        writes.update(
+            _set_head_seq_and_flood,
             room.pk,
-            cursor=cursor,
             head_seq=room.head_seq,
             flood_window=room.flood_window,
             flood_count=room.flood_count,
         )
     event = Event(room=room, seq=room.head_seq, **fields)
-    _insert_event.insert(event, cursor=cursor)
+    message = fields.get("message")
+    # A message that ``writes`` inserts has no key until they run.
+    writes.insert(_insert_event, event, refs={"message_id": message} if message else None)
     # At the commit, not now: a waiter woken before it would find nothing and
     # sleep on. A rolled-back event wakes no one.
-    wake.publish([room_topic(room.pk)])
+    wake.publish_with(writes, [room_topic(room.pk)])
+    if own:
+        writes.run()
     return event
 
 

@@ -15,24 +15,24 @@ from tests.rooms.messaging import flood_limit_lifted, head_seq, read, send
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("_no_rate_limits")]
 
 
-# Beyond SQLite a send locks its room by a statement of its own before it reads its figures:
-# under READ COMMITTED a statement that waited for the lock would read them from before the
-# wait (rooms/services/sending.py).
-ROOM_LOCKED_FIRST = 0 if connection.vendor == "sqlite" else 1
-# On PostgreSQL the event's wake-up is a NOTIFY inside the send's transaction, so that
-# other hosts hear of it exactly at the commit (common/wake/); on SQLite it is sent after.
-WAKE_NOTIFY = 0 if connection.vendor == "sqlite" else 1
+# On PostgreSQL the statement that locks the room reads the figures too, and reads them
+# again only when they predate the lock (a send that waited: rooms/services/sending.py);
+# here nobody else holds the room.
+# The message insert, its row in the search index, the head update and the event insert: on
+# PostgreSQL one statement, which also carries the event's wake-up, a NOTIFY that other
+# hosts hear of exactly at the commit (common.prepared.Writes, common/wake/); on SQLite
+# four, and the wake-up is sent after the commit.
+WRITES = 4 if connection.vendor == "sqlite" else 1
 # Authentication (which also finds no note pending), the room locked with the caller's
-# membership and the unseen figures, the idempotency look-up, members for mentions, message
-# insert, its row in the search index, head update, event insert, mention insert (and the
-# test transaction's savepoint pair).
-SEND_QUERIES = 11 + ROOM_LOCKED_FIRST + WAKE_NOTIFY
+# membership and the unseen figures, the idempotency look-up, members for mentions, the
+# writes, mention insert (and the test transaction's savepoint pair).
+SEND_QUERIES = 7 + WRITES
 # Authentication, the room with the caller's membership, the page of events, read position
 # update.
 READ_QUERIES = 4
 # Authentication, the room locked with the caller's membership and figures, the unseen page
 # and its count (and savepoints).
-REFUSAL_QUERIES = 7 + ROOM_LOCKED_FIRST
+REFUSAL_QUERIES = 7
 
 
 def seed_room(slug: str, *, members: int, events: int, workspace) -> list:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
+from common import pause
 from common.errors import PlumbError
 from mailbox import services as mailbox_services
 from mailbox.errors import CrossProjectRefused
@@ -56,6 +57,30 @@ def test_a_send_that_waited_for_the_room_sees_the_send_it_waited_for(room_of_thr
     # A third member counts both messages as unseen, not one.
     rooms = {r.slug: r for r in services_room_list(carol)}
     assert rooms["race"].my_unseen == 2
+
+
+@pytest.mark.skipif(
+    connection.vendor == "sqlite", reason="SQLite locks before the statement reads anything"
+)
+def test_a_send_that_waited_reads_its_figures_again_and_one_that_did_not_reads_once(
+    room_of_three, monkeypatch
+):
+    alice, bob, _ = room_of_three
+    stale: list[str] = []
+    monkeypatch.setattr(pause, "_hooks", {"send.figures_stale": lambda: stale.append("again")})
+    services.message_send(bob, "race", body="alone")
+    assert stale == []  # nobody held the room: one statement locked it and read
+
+    # The wait itself: held by bob's send, alice's statement reads from before bob's commit.
+    first, second, state = race(
+        "send.locked",
+        lambda: services.message_send(bob, "race", body="from bob"),
+        lambda: services.message_send(alice, "race", body="from alice"),
+    )
+
+    assert state == "blocked"
+    assert stale == ["again"]
+    assert second.outcome().message.ordinal == first.outcome().message.ordinal + 1
 
 
 def services_room_list(session):
