@@ -39,7 +39,7 @@ from rooms import selectors as room_selectors
 from rooms import services as room_services
 from rooms.api import serializers as room_io
 from rooms.models import Event
-from rooms.selectors.search import search_for_session
+from rooms.selectors.search import search_asked
 
 
 class UnknownTool(Exception):
@@ -220,16 +220,7 @@ def _wait_for_activity(session: Session, args: dict) -> dict:
 
 def _search(session: Session, args: dict) -> dict:
     query = validated(room_io.SearchInput, args)
-    page = search_for_session(
-        session,
-        q=query["q"],
-        room=query.get("room"),
-        author=query.get("from"),
-        after=query.get("after"),
-        before=query.get("before"),
-        limit=query["limit"],
-        cursor=query.get("cursor"),
-    )
+    page = search_asked(session, query)
     return room_json.search_body(page)
 
 

@@ -25,7 +25,7 @@ from rooms.errors import (
     RoomPaused,
     UnreadMessages,
 )
-from rooms.selectors.search import search_for_session
+from rooms.selectors.search import search_asked
 
 SESSION_AUTH = [{"sessionToken": []}]
 
@@ -320,14 +320,5 @@ class SearchApi(SessionApiView):
         # A plain mapping, not the QueryDict: DRF reads an empty value there as an
         # omitted one, where the tool refuses "" (SPEC §2: both doors agree).
         query = validated(s.SearchInput, request.query_params.dict())
-        page = search_for_session(
-            self.session,
-            q=query["q"],
-            room=query.get("room"),
-            author=query.get("from"),
-            after=query.get("after"),
-            before=query.get("before"),
-            limit=query["limit"],
-            cursor=query.get("cursor"),
-        )
+        page = search_asked(self.session, query)
         return Response(representation.search_body(page))

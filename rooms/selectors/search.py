@@ -37,6 +37,7 @@ import base64
 import binascii
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -92,6 +93,23 @@ class _Position:
     id: int
     messages_upto: int
     notes_upto: int
+
+
+def search_asked(session: Session, asked: Mapping[str, Any]) -> SearchPage:
+    """The search a validated ``SearchInput`` asks for: REST and MCP read it alike.
+
+    The input names the author ``from``, as the API does (SPEC §9).
+    """
+    return search_for_session(
+        session,
+        q=asked["q"],
+        room=asked.get("room"),
+        author=asked.get("from"),
+        after=asked.get("after"),
+        before=asked.get("before"),
+        limit=asked["limit"],
+        cursor=asked.get("cursor"),
+    )
 
 
 def search_for_session(
