@@ -59,9 +59,7 @@ def test_a_send_that_waited_for_the_room_sees_the_send_it_waited_for(room_of_thr
     assert rooms["race"].my_unseen == 2
 
 
-@pytest.mark.skipif(
-    connection.vendor == "sqlite", reason="SQLite locks before the statement reads anything"
-)
+@pytest.mark.postgresql  # SQLite locks before the statement reads anything
 def test_a_send_that_waited_reads_its_figures_again_and_one_that_did_not_reads_once(
     room_of_three, monkeypatch
 ):
