@@ -249,8 +249,12 @@ def seed(cfg: Config, env: dict[str, str], *args: str) -> dict[str, Any]:
 def start_server(cfg: Config, env: dict[str, str], workdir: Path, name: str) -> Server:
     port = free_port()
     log_path = workdir / f"gunicorn-{name}.log"
+    # The checkout's own environment when it has one, so that an A/B across a change of
+    # requirements (uvloop, say) runs each side on its own.
+    own = cfg.app_dir / ".venv" / "bin" / "python"
+    python = str(own) if own.exists() else sys.executable
     command = [
-        sys.executable, "-m", "gunicorn",
+        python, "-m", "gunicorn",
         "--bind", f"{HOST}:{port}",
         "--workers", str(cfg.workers),
         "--keep-alive", "30",
