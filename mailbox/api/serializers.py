@@ -85,6 +85,8 @@ class NotesCheckInput(serializers.Serializer):
 
 
 class ConversationListInput(serializers.Serializer):
+    """A page of a list: the one paging rule of both lists of notes' threads and sent notes."""
+
     after_id = StrictCharField(
         required=False,
         max_length=limits.PUBLIC_ID_MAX,
@@ -99,7 +101,7 @@ class ConversationListInput(serializers.Serializer):
     )
 
 
-class NotesSentInput(serializers.Serializer):
+class NotesSentInput(ConversationListInput):
     state = serializers.ChoiceField(
         choices=Note.State.choices,
         required=False,
@@ -109,13 +111,6 @@ class NotesSentInput(serializers.Serializer):
         required=False,
         max_length=limits.PUBLIC_ID_MAX,
         help_text="Continue after this note (the last id of the previous page).",
-    )
-    limit = serializers.IntegerField(
-        min_value=1,
-        max_value=limits.LIST_MAX,
-        required=False,
-        default=limits.PAGE_DEFAULT,
-        help_text="At most this many.",
     )
     wait = WaitField(
         help_text="Seconds to wait until one of your waiting notes is delivered or bounced."
