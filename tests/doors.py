@@ -15,8 +15,8 @@ from tests.conftest import client_for
 DOORS = ["rest", "mcp"]
 
 
-def mcp_call(token: str, tool: str, arguments: dict) -> tuple[int | None, dict]:
-    """A ``tools/call`` with a session token: (200, result) or (None, the error object)."""
+def mcp_result(token: str, tool: str, arguments: dict) -> dict:
+    """The result of a ``tools/call`` with a session token (a JSON-RPC error fails the test)."""
     message = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -30,7 +30,12 @@ def mcp_call(token: str, tool: str, arguments: dict) -> tuple[int | None, dict]:
         headers={"Authorization": f"Bearer {token}"},
     )
     assert response.status_code == 200, response.content[:300]
-    result = response.json()["result"]
+    return response.json()["result"]
+
+
+def mcp_call(token: str, tool: str, arguments: dict) -> tuple[int | None, dict]:
+    """A ``tools/call`` with a session token: (200, result) or (None, the error object)."""
+    result = mcp_result(token, tool, arguments)
     return (None if result["isError"] else 200), result["structuredContent"]
 
 

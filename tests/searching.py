@@ -49,25 +49,12 @@ def search_rest(session, **params) -> tuple[int, dict]:
 def search_mcp(session, **arguments) -> tuple[int, dict]:
     """The MCP tool ``search`` as ``session``: the status REST would have answered
     (200, or the error's), and the JSON (``structuredContent``)."""
-    import json
-
-    from django.test import Client
+    from tests.doors import (
+        mcp_result,  # imported here, as the REST helpers are: conftest loads last
+    )
 
     arguments = {("from" if k == "author" else k): v for k, v in arguments.items()}
-    message = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": "search", "arguments": arguments},
-    }
-    response = Client().post(
-        "/mcp",
-        data=json.dumps(message),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {session.raw_token}"},
-    )
-    assert response.status_code == 200, response.content[:300]
-    result = response.json()["result"]
+    result = mcp_result(session.raw_token, "search", arguments)
     content = result["structuredContent"]
     text = result["content"][0]["text"]
     # Snippets are peer text: the text content frames each one (SPEC §3.7).

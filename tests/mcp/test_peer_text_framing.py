@@ -9,10 +9,10 @@ import json
 import re
 
 import pytest
-from django.test import Client
 
 from mailbox import services as mailbox_services
 from rooms import services as room_services
+from tests.doors import mcp_result
 from tests.framing import blocks, says_the_same
 
 pytestmark = pytest.mark.django_db
@@ -22,19 +22,7 @@ PRIVILEGED = re.compile(r"<\s*/?\s*(system|plumb-message>|instructions)", re.IGN
 
 
 def tool(session, name: str, arguments: dict) -> dict:
-    message = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": name, "arguments": arguments},
-    }
-    response = Client().post(
-        "/mcp",
-        data=json.dumps(message),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {session.raw_token}"},
-    )
-    return response.json()["result"]
+    return mcp_result(session.raw_token, name, arguments)
 
 
 def test_a_hostile_note_reaches_its_recipient_inert_in_text_and_intact_in_structure(

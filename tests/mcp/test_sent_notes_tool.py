@@ -5,34 +5,20 @@ same refusals (SPEC §3.6, §6). The listing itself is tested through REST in
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 
 from mailbox import services
 from tests.conftest import client_for
+from tests.doors import mcp_result
 
 pytestmark = pytest.mark.django_db
 
 
 def tool(session, arguments: dict) -> dict:
-    message = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": "list_sent_notes", "arguments": arguments},
-    }
-    response = Client().post(
-        "/mcp",
-        data=json.dumps(message),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {session.raw_token}"},
-    )
-    assert response.status_code == 200, response.content
-    return response.json()["result"]
+    return mcp_result(session.raw_token, "list_sent_notes", arguments)
 
 
 def rest(session, params: dict) -> dict:

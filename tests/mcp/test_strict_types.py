@@ -10,15 +10,14 @@ refused (omitting ``to`` means "next"; a null must not).
 
 from __future__ import annotations
 
-import json
 from itertools import count
 
 import pytest
-from django.test import Client
 
 from mailbox.models import Note
 from rooms.services import message_send, room_create, room_join
 from tests.conftest import client_for
+from tests.doors import mcp_result
 from tests.factories import SessionFactory
 from tests.searching import search_mcp, search_rest
 
@@ -79,19 +78,7 @@ def _rest(session, path: str, arguments: dict) -> tuple:
 
 
 def _mcp(session, tool: str, arguments: dict) -> tuple:
-    message = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments},
-    }
-    response = Client().post(
-        "/mcp",
-        data=json.dumps(message),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {session.raw_token}"},
-    )
-    result = response.json()["result"]
+    result = mcp_result(session.raw_token, tool, arguments)
     return _outcome(200, result["structuredContent"] if result["isError"] else {})
 
 

@@ -7,10 +7,7 @@ Same services, same JSON, same error codes as REST (``tests/rooms/test_activity_
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from django.test import Client
 
 from common import limits
 from mailbox import services as mailbox_services
@@ -18,6 +15,7 @@ from mailbox.models import Note
 from rooms import services
 from rooms.models import Member
 from tests.conftest import client_for
+from tests.doors import mcp_result
 from tests.framing import says_the_same
 
 pytestmark = pytest.mark.django_db
@@ -37,20 +35,7 @@ def general(alice, bob):
 
 def call(session, name: str, arguments: dict) -> dict:
     """A tools/call as ``session``; the result, its text and structured forms agreeing."""
-    message = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": name, "arguments": arguments},
-    }
-    response = Client().post(
-        "/mcp",
-        data=json.dumps(message),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {session.raw_token}"},
-    )
-    assert response.status_code == 200, response.content
-    result = response.json()["result"]
+    result = mcp_result(session.raw_token, name, arguments)
     assert says_the_same(result["content"][0]["text"], result["structuredContent"])
     return result
 
