@@ -97,8 +97,11 @@ def note_topics(note: Note) -> list[str]:
 
 
 # What a note of name N publishes when it stops waiting (delivered or bounced):
-# "t:N", for the name's waiting list_sent_notes calls.
+# "t:N", for the name's waiting list_sent_notes calls. Sparse: every pickup
+# publishes one, and few wait on it, so it reaches only the processes that
+# hold such a call (common/wake/topics.py).
 SENT_PREFIX = "t:"
+wake.sparse(SENT_PREFIX)
 
 
 def sent_topic(name_id: int) -> str:

@@ -23,6 +23,13 @@ removed. Only the sender's death can lose what it owes: a process that
 exits waits up to ``EXIT_WAIT`` seconds for its listeners to take it (a
 command that commits and exits at once), and one killed outright loses it,
 as it loses any work after its commit.
+
+A *sparse* topic (``topics.sparse``: few wait on its kind, many publish it)
+goes only to the listeners whose process waits on its kind, as the process
+announces with a file beside its socket (``<socket>~<kind>``) from before
+its first such subscription to after its last. The scan that finds the
+sockets finds those files; a file made after the scan is a waiter's that
+has yet to look, and its look sees the commit being published.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import glob
 import logging
 import os
 import secrets
@@ -42,6 +50,8 @@ from pathlib import Path
 from django.conf import settings
 
 from common import metrics
+from common.pause import pause_point
+from common.wake import topics as _topics
 from common.wake.topics import WAKE_ALL, deliver
 
 # One logger for the package, whichever module writes: its records carry one name to match.
@@ -104,24 +114,40 @@ class _HostSender:
         self._payer: threading.Thread | None = None
 
     def send(self, topics: Collection[str]) -> None:
+        addresses: set[str] = set()
+        waits_on: dict[str, set[str]] = {}  # address: the sparse kinds its process waits on
         try:
-            addresses = {e.path for e in os.scandir(wake_dir()) if e.name.endswith(".sock")}
+            for entry in os.scandir(wake_dir()):
+                if entry.name.endswith(".sock"):
+                    addresses.add(entry.path)
+                else:
+                    address, tilde, kind = entry.path.rpartition(ANNOUNCED)
+                    if tilde:
+                        waits_on.setdefault(address, set()).add(kind)
         except FileNotFoundError:
             return
+        pause_point("wake.host.scanned")
         addresses.discard(_own_address)  # delivered in-process already
+        sparse = {t: kind for t in topics if (kind := _topics.sparse_kind(t)) is not None}
         held = 0
         with self._guard:
             for address in self._peers.keys() - addresses:
                 self._forget(self._peers[address])
             for address in addresses:
+                its = topics
+                if sparse:
+                    kinds = waits_on.get(address, ())
+                    its = [t for t in topics if t not in sparse or sparse[t] in kinds]
+                    if not its:
+                        continue
                 peer = self._peers.get(address) or self._connect(address)
                 if peer is None:
                     continue
                 if peer.owed:
                     # Behind what it is owed already, and sent with it.
-                    peer.owe(topics)
-                elif not self._send(peer, topics):
-                    peer.owe(topics)
+                    peer.owe(its)
+                elif not self._send(peer, its):
+                    peer.owe(its)
                     held += 1
             if held:
                 self._start_payer()
@@ -132,8 +158,7 @@ class _HostSender:
         try:
             peer = _Peer(address)
         except ConnectionRefusedError:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(address)  # its process is gone
+            _remove(address)  # its process is gone
             return None
         except OSError:
             return None  # removed since the scan
@@ -144,8 +169,7 @@ class _HostSender:
         del self._peers[peer.address]
         peer.sock.close()
         if unlink:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(peer.address)
+            _remove(peer.address)
 
     def _send(self, peer: _Peer, topics: Collection[str]) -> bool:
         """Send ``topics`` to ``peer`` in one datagram; False if its queue is full."""
@@ -209,6 +233,28 @@ class _HostSender:
             )
 
 
+def _remove(address: str) -> None:
+    """Remove a listener's socket and the files announcing what its process waits on."""
+    for path in [address, *glob.glob(glob.escape(address) + ANNOUNCED + "*")]:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+ANNOUNCED = "~"  # "<socket>~<kind>": that listener's process waits on the sparse kind
+
+
+def _announce(kind: str, held: bool) -> None:
+    """Say (or stop saying) beside this process's socket that it waits on ``kind``."""
+    if _own_address is None:
+        return
+    path = _own_address + ANNOUNCED + kind
+    if held:
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
 _host: _HostSender | None = None
 _host_guard = threading.Lock()
 
@@ -249,6 +295,7 @@ class Listener:
         self.loop = loop
         loop.add_reader(self.sock.fileno(), self._readable)
         _own_address = self.path
+        _topics.announcing(_announce)
 
     def _readable(self) -> None:
         # All that is queued, delivered at once: a burst wakes each waiter once.
@@ -264,8 +311,8 @@ class Listener:
 
     def close(self) -> None:
         global _own_address
+        _topics.announcing(None)
         self.loop.remove_reader(self.sock.fileno())
         self.sock.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+        _remove(self.path)
         _own_address = None

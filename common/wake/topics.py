@@ -20,6 +20,15 @@ the subscription is woken only by publications of its topic numbered at most
 its ceiling, or not numbered. A session receives the "next" notes whose ids
 are at most its watermark (SPEC §3.4), so a note sent after every waiting
 session started wakes none of them: none could receive it.
+
+A topic may be *sparse* (``sparse``): few wait on its kind, and many
+publish it (every pickup of a note tells its sender's waiting
+``list_sent_notes``). A process counts its subscriptions to each sparse kind
+and announces the first and the last (``announcing``), so that the other
+processes of its host send it those publications only while it waits on
+one (``host.py``). It announces before the subscription is made, so before
+the waiter's first look: a commit whose publication missed the
+announcement is one that look already sees.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 WAKE_ALL = "*"  # a listener that may have missed publications wakes every subscription
 MARK = "#"  # "topic#mark": wakes the topic's subscriptions but those of that mark
@@ -47,6 +56,8 @@ class Subscription:
         self.keys = frozenset(ceilings)
         # A topic subscribed once without a ceiling has none.
         self.ceilings = {t: max(c) for t, c in ceilings.items() if None not in c}
+        self.sparse = frozenset(p for p in map(sparse_kind, self.keys) if p is not None)
+        self.subscribed = False  # between subscribe and unsubscribe
         self._guard = threading.Lock()
         self._event = threading.Event()
         self._future: asyncio.Future | None = None
@@ -100,20 +111,44 @@ def subscribe(topics: Iterable[str], *, mark: str | None = None) -> Subscription
     with a ceiling (``"topic@n"``) is woken by publications numbered n at most.
     """
     subscription = Subscription(topics, mark)
+    if subscription.sparse:
+        # Announced first: see the module's docstring.
+        with _held_guard:
+            for kind in subscription.sparse:
+                _held[kind] = _held.get(kind, 0) + 1
+                if _held[kind] == 1:
+                    _announce(kind, True)
+            _add(subscription)
+    else:
+        _add(subscription)
+    return subscription
+
+
+def _add(subscription: Subscription) -> None:
     with _subscriptions_guard:
         for topic in subscription.keys:
             _subscriptions.setdefault(topic, set()).add(subscription)
-    return subscription
+        subscription.subscribed = True
 
 
 def unsubscribe(subscription: Subscription) -> None:
     with _subscriptions_guard:
+        if not subscription.subscribed:
+            return  # unsubscribed already
+        subscription.subscribed = False
         for topic in subscription.keys:
             waiting = _subscriptions.get(topic)
             if waiting is not None:
                 waiting.discard(subscription)
                 if not waiting:
                     del _subscriptions[topic]
+    if subscription.sparse:
+        with _held_guard:
+            for kind in subscription.sparse:
+                _held[kind] -= 1
+                if not _held[kind]:
+                    del _held[kind]
+                    _announce(kind, False)
 
 
 @contextlib.contextmanager
@@ -153,3 +188,41 @@ def deliver(topics: Iterable[str]) -> None:
                 )
     for subscription in woken:
         subscription.wake()
+
+
+# --- sparse topics ------------------------------------------------------------------------
+
+_sparse: set[str] = set()  # the prefixes of sparse topics ("t:")
+_held: dict[str, int] = {}  # this process's subscriptions to each sparse kind
+_held_guard = threading.Lock()  # taken before _subscriptions_guard, never after
+
+
+def _announce_nothing(kind: str, held: bool) -> None:
+    pass
+
+
+_announce: Callable[[str, bool], None] = _announce_nothing
+
+
+def sparse(prefix: str) -> None:
+    """Make topics beginning with ``prefix`` sparse (see the module's docstring)."""
+    _sparse.add(prefix)
+
+
+def sparse_kind(topic: str) -> str | None:
+    """The sparse prefix ``topic`` begins with, if any."""
+    for prefix in _sparse:
+        if topic.startswith(prefix):
+            return prefix
+    return None
+
+
+def announcing(announce: Callable[[str, bool], None] | None) -> None:
+    """Have ``announce(kind, held)`` called when this process starts (``held``) or stops
+    waiting on a sparse kind, and at once for each it waits on now: the transport's
+    listener starts (``None`` when it stops)."""
+    global _announce
+    with _held_guard:
+        _announce = announce or _announce_nothing
+        for kind in _held:
+            _announce(kind, True)

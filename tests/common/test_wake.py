@@ -335,6 +335,95 @@ def test_a_listener_busy_through_another_processs_burst_is_woken_for_all_of_it(t
     assert exit_code == 0
 
 
+# --- sparse topics: sent only to the processes that wait on their kind (issue 25) ----------
+
+
+@pytest.fixture
+def sparse_kind():
+    """``s:`` made sparse for one test."""
+    wake.sparse("s:")
+    yield "s:"
+    wake.topics._sparse.discard("s:")
+
+
+def test_a_sparse_topic_goes_only_to_listeners_whose_process_waits_on_its_kind(
+    tmp_path, settings, sparse_kind
+):
+    settings.VAR_DIR = tmp_path
+    listener = busy_listener(wake.wake_dir())
+    announced = Path(f"{listener.getsockname()}~{sparse_kind}")
+    try:
+        host_publish(["s:1"])  # its process waits on no s: topic
+        host_publish(["s:2", "r:2"])
+        announced.touch()
+        host_publish(["s:3"])
+        announced.unlink()
+        host_publish(["s:4", "r:4"])
+        datagrams = receive_until(listener, {"r:2", "s:3", "r:4"})
+    finally:
+        listener.close()
+
+    # Datagrams arrive in order: had s:1 or s:4 been sent, it would be read here.
+    assert datagrams == [["r:2"], ["s:3"], ["r:4"]]
+
+
+def test_a_process_announces_a_sparse_kind_from_before_its_first_subscription_to_after_its_last(
+    tmp_path, settings, sparse_kind
+):
+    settings.VAR_DIR = tmp_path
+    seen_at_subscribing: list[bool] = []
+
+    async def scenario() -> list[bool]:
+        first = wake.subscribe(["s:1"])  # before the listener: announced when it starts
+        listener = wake.host.Listener(asyncio.get_running_loop())
+        announced = Path(f"{listener.path}~{sparse_kind}")
+        # What the process says at the moment each subscription is added.
+        adding = wake.topics._add
+
+        def add(subscription):
+            seen_at_subscribing.append(announced.exists())
+            adding(subscription)
+
+        wake.topics._add = add
+        try:
+            states = [announced.exists()]
+            second = wake.subscribe(["s:2", "r:2"])
+            other = wake.subscribe(["r:3"])
+            wake.unsubscribe(first)
+            states.append(announced.exists())
+            wake.unsubscribe(second)
+            wake.unsubscribe(second)  # twice: counted once
+            states.append(announced.exists())
+            again = wake.subscribe(["s:4"])
+            states.append(announced.exists())
+            listener.close()
+            states.append(announced.exists())  # a stopped listener says nothing
+            wake.unsubscribe(again)
+            wake.unsubscribe(other)
+            return states
+        finally:
+            wake.topics._add = adding
+
+    assert asyncio.run(scenario()) == [True, True, False, True, False]
+    assert seen_at_subscribing == [True, True, True]  # s:2, r:3 (announced still), s:4
+    assert list(wake.wake_dir().iterdir()) == []
+
+
+def test_the_files_of_a_dead_process_are_removed_with_its_socket(tmp_path, settings):
+    settings.VAR_DIR = tmp_path
+    directory = wake.wake_dir()
+    directory.mkdir()
+    stale = directory / "999999-dead.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(stale))
+    sock.close()
+    (directory / "999999-dead.sock~t:").touch()
+
+    wake.host.send(["r:1"])
+
+    assert list(directory.iterdir()) == []
+
+
 # --- PostgreSQL: a LISTEN connection that dies, loudly or silently (issue 23, item 10) ------
 
 HEARD = "plumb_wake_listen_heard_timestamp_seconds"

@@ -4,18 +4,27 @@ state, paged, and a wait that ends when one of them is picked up (SPEC §3.6).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.utils import timezone
 
+from common import wake
 from mailbox import services
 from mailbox.models import Note
 from tests.conftest import client_for
 from tests.factories import AgentNameFactory, SessionFactory, WorkspaceFactory
 from tests.live import call, no_rate_limits
 from tests.mailbox.notes import NOTE_FIELDS, leave
+from tests.races import first_sleep_of
 
 pytestmark = pytest.mark.django_db
 
@@ -258,3 +267,137 @@ def test_a_claim_tells_every_host_in_its_read_back_without_a_statement_of_its_ow
 
     assert len(response.json()["notes"]) == 1
     assert heard == [f"t:{alice.name_id}"]
+
+
+# --- a pickup in another process of the host (SQLite's datagrams) ---------------------------
+#
+# Every pickup publishes its sender's sent-notes topic, and few processes hold
+# a call waiting on one: a process announces that it does, and the others send
+# it those publications only then (common/wake/topics.py, "sparse"). These
+# play the other process with a subprocess that publishes as a claim's commit
+# does, the pickup itself written without a publication.
+
+PROMPT = 10.0
+
+OTHER_PROCESS = """
+import sys
+import django
+django.setup()
+import mailbox.wakeups  # as in a server: sent-notes topics are sparse
+from common import wake
+from common.pause import set_hook
+
+def held():
+    print("scanned", flush=True)
+    sys.stdin.readline()
+
+if sys.argv[1] == "held":
+    set_hook("wake.host.scanned", held)
+wake.host.send(sys.argv[2:])
+print("sent", flush=True)
+"""
+
+
+def other_process(tmp_path, topics: list[str], *, held: bool = False) -> subprocess.Popen:
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},
+        "DJANGO_SETTINGS_MODULE": "plumb_site.settings",
+        "PLUMB_VAR_DIR": str(tmp_path),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", OTHER_PROCESS, "held" if held else "now", *topics],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+@contextlib.contextmanager
+def host_listener():
+    """This process listening for the host's publications, as a server process does."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> wake.host.Listener:
+        return wake.host.Listener(asyncio.get_running_loop())
+
+    listener = asyncio.run_coroutine_threadsafe(start(), loop).result(PROMPT)
+    try:
+        yield listener
+    finally:
+        loop.call_soon_threadsafe(listener.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(PROMPT)
+        loop.close()
+
+
+class SentWait(threading.Thread):
+    """``list_sent_notes(state=waiting, wait=60)`` of ``session`` on a thread of its own."""
+
+    def __init__(self, session) -> None:
+        super().__init__(daemon=True)
+        self.session = session
+        self.answer: tuple | None = None
+
+    def run(self) -> None:
+        try:
+            self.answer = services.notes_sent_wait(self.session, state="waiting", wait=60)
+        finally:
+            connection.close()
+
+
+def picked_up_elsewhere(note: Note, by) -> None:
+    """The pickup's rows, committed with no publication: the other process publishes."""
+    Note.objects.filter(pk=note.pk).update(delivered_at=timezone.now(), delivered_to=by)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sent_notes_wait_asleep_is_woken_by_a_pickup_in_another_process(tmp_path, settings):
+    settings.VAR_DIR = tmp_path
+    workspace = WorkspaceFactory(slug="main")
+    alice = SessionFactory(workspace=workspace, name="alice")
+    bob = SessionFactory(workspace=workspace, name="bob")
+    note = services.note_leave(alice, to="bob", body="?").note
+
+    with host_listener():
+        waiter = SentWait(alice)
+        with first_sleep_of(waiter) as asleep:
+            waiter.start()
+            assert asleep.wait(PROMPT)
+        picked_up_elsewhere(note, bob)
+        sender = other_process(tmp_path, [f"t:{alice.name_id}"])
+        assert sender.communicate(timeout=60) == ("sent\n", None)
+        waiter.join(PROMPT)  # woken, long before its 60 s are up
+
+    assert not waiter.is_alive()
+    assert waiter.answer == ([], False)  # nothing of alice's waits any more
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sent_notes_wait_that_starts_after_the_other_processs_scan_sees_the_pickup(
+    tmp_path, settings
+):
+    """The scan for listeners missed this process's announcement: the pickup it
+    publishes committed before that scan, and so before the waiter's first look."""
+    settings.VAR_DIR = tmp_path
+    workspace = WorkspaceFactory(slug="main")
+    alice = SessionFactory(workspace=workspace, name="alice")
+    bob = SessionFactory(workspace=workspace, name="bob")
+    note = services.note_leave(alice, to="bob", body="?").note
+
+    with host_listener():
+        picked_up_elsewhere(note, bob)
+        sender = other_process(tmp_path, [f"t:{alice.name_id}"], held=True)
+        try:
+            assert sender.stdout.readline() == "scanned\n"
+            waiter = SentWait(alice)
+            waiter.start()
+            waiter.join(PROMPT)
+            answered_while_held = not waiter.is_alive()
+        finally:
+            assert sender.communicate("\n", timeout=60) == ("sent\n", None)
+
+    assert answered_while_held
+    assert waiter.answer == ([], False)
