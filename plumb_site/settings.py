@@ -203,10 +203,12 @@ def database_config() -> dict:
         config["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
     elif config["ENGINE"] == "django.db.backends.postgresql":
         config["CONN_HEALTH_CHECKS"] = True
-        # Parameters travel apart from the SQL, so psycopg prepares the
-        # statements a connection runs again and again (every request's), and
-        # PostgreSQL plans them once per connection rather than per call.
-        config["OPTIONS"] = {"server_side_binding": True}
+        # Parameters travel apart from the SQL, and psycopg prepares a
+        # statement the second time a connection runs it (Django turns
+        # preparing off unless told: psycopg's prepare_threshold), so that
+        # PostgreSQL plans every request's statements once per connection
+        # rather than per call: planning costs it more than running them.
+        config["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 1}
     # Each server thread keeps its connection between requests. Opening one
     # costs a TCP and auth round trip on PostgreSQL and, on SQLite, the PRAGMAs
     # and Django's SQL functions: more than a whole cheap request.

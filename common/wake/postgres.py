@@ -89,16 +89,58 @@ async def listen_forever(using: str) -> None:
 
 
 async def _listen(conn: psycopg.AsyncConnection) -> None:
+    # Whatever operation reads a notification (the wait below, or a query:
+    # LISTEN, a check) hands it to psycopg's handler, and so to this one.
+    conn.add_notify_handler(_heard)
     await conn.execute(f"LISTEN {CHANNEL}")
     metrics.WAKE_LISTEN_HEARD.set_to_current_time()
     deliver([WAKE_ALL])  # anything published while we were not listening
     while True:
-        async for notify in conn.notifies(timeout=CHECK_INTERVAL):
-            metrics.WAKE_LISTEN_HEARD.set_to_current_time()
-            deliver(notify.payload.split(" "))
-        # Notifications that come during the check wait for the next notifies().
+        await _hear(conn, CHECK_INTERVAL)
         await _check(conn)
         metrics.WAKE_LISTEN_HEARD.set_to_current_time()
+
+
+def _heard(notify: psycopg.Notify) -> None:
+    metrics.WAKE_LISTEN_HEARD.set_to_current_time()
+    deliver(notify.payload.split(" "))
+
+
+async def _hear(conn: psycopg.AsyncConnection, seconds: float) -> None:
+    """Deliver the notifications ``conn`` receives for ``seconds``; raise if it fails meanwhile.
+
+    The event loop watches the socket for as long, and a notification costs
+    one callback that reads it: psycopg's ``notifies()`` would watch it anew,
+    with a future and a timer, for each batch it reads, and wake ten times a
+    second besides. No query runs on ``conn`` meanwhile (the check comes
+    after), so nothing else reads its socket. Reading first takes what a
+    query's reading left in libpq's buffer, and a failed read ends the
+    connection (the listener connects again and wakes everything), as an
+    exception in the handler does.
+    """
+    loop = asyncio.get_running_loop()
+    pgconn = conn.pgconn
+    fileno = pgconn.socket
+    failed = loop.create_future()
+
+    def readable() -> None:
+        try:
+            pgconn.consume_input()
+            while notify := pgconn.notifies():
+                pgconn.notify_handler(notify)
+        except Exception as exc:
+            loop.remove_reader(fileno)
+            if not failed.done():
+                failed.set_exception(exc)
+
+    loop.add_reader(fileno, readable)
+    try:
+        readable()
+        await asyncio.wait({failed}, timeout=seconds)
+    finally:
+        loop.remove_reader(fileno)
+    if failed.done():
+        failed.result()
 
 
 class Unanswered(Exception):

@@ -393,3 +393,18 @@ def test_a_ref_to_an_instance_the_writes_do_not_insert_is_refused(sessions):
         writes.insert(PreparedInsert(Event), event, refs={"message_id": stranger})
         with pytest.raises(ValueError, match="Ref"):
             writes.run()
+
+
+@pytest.mark.postgresql  # SQLite has no planner to spare: it caches its statements itself
+def test_postgresql_plans_a_statement_a_connection_runs_again_once(sessions):
+    """psycopg prepares a statement the second time a connection runs it (Django
+    turns that off unless the settings turn it on): PostgreSQL then plans it once."""
+    prepared = Prepared(_sessions_named, params=["handle"])
+
+    with connection.cursor() as cursor:
+        for handle in ("ann", "ben", "cy"):
+            prepared.rows(cursor=cursor, handle=handle)
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        statements = [statement for (statement,) in cursor.fetchall()]
+
+    assert any('FROM "mailbox_session"' in s and "$1" in s for s in statements), statements
