@@ -32,16 +32,7 @@ from common import metrics
 class RequestGate:
     def __init__(self, width: int) -> None:
         self.width = width
-        # One seat (SQLite's default) is a plain lock, taken and given back in
-        # C. A semaphore is a Condition of Python code: in a burst each
-        # hand-over ran its notify and its waiter's wake-up under the
-        # interpreter lock, a fifth of the samples. Neither queues its waiters
-        # in order; a released lock, like an over-released semaphore, refuses
-        # a second release.
-        if width == 1:
-            self._slots = threading.Lock()
-        else:
-            self._slots = threading.BoundedSemaphore(width) if width else None
+        self._slots = threading.BoundedSemaphore(width) if width else None
         self._holders = threading.local()
 
     def holds(self) -> bool:
