@@ -53,7 +53,9 @@ def requested_fingerprint(request: Request) -> str | None:
     """
     data = parsed_body(request) if _declares_body(request) else None
     value = data.get(FINGERPRINT_FIELD) if isinstance(data, dict) else None
-    value = value or request.query_params.get(FINGERPRINT_FIELD)
+    # Nor does it build the query's dict when there is no query.
+    if not value and request.META.get("QUERY_STRING"):
+        value = request.query_params.get(FINGERPRINT_FIELD)
     value = value or request.META.get(FINGERPRINT_HEADER)
     return value if isinstance(value, str) and value else None
 

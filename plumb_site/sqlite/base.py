@@ -249,6 +249,24 @@ class DatabaseWrapper(base.DatabaseWrapper):
     creation_class = DatabaseCreation
     _queued: tuple[WriterQueue, bool, bool] | None = None
 
+    def get_connection_params(self):
+        """Django's, without sqlite3's conversion of values by declared column type.
+
+        With ``PARSE_DECLTYPES`` sqlite3 looks up a converter for every column
+        of every statement it runs and calls Django's parser of dates for
+        every datetime it fetches; then the ORM's own converters
+        (``DatabaseOperations.get_db_converters``) look at the value again.
+        Those take the text SQLite stores as well (as they must for an
+        expression, which has no declared type), so the conversion is done
+        once: the query that authenticates every call (five datetimes, three
+        booleans) took about 15 µs less without it. Raw SQL gets SQLite's
+        values: text for a datetime, 0 or 1 for a boolean, as ``COALESCE``
+        and every other expression always gave it.
+        """
+        params = super().get_connection_params()
+        params["detect_types"] = 0
+        return params
+
     def create_cursor(self, name=None):
         cursor = self.connection.cursor(factory=CursorWrapper)
         if not self.is_in_memory_db():

@@ -6,6 +6,7 @@ queues.
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime
 
 import pytest
 from django.db.backends.sqlite3.base import SQLiteCursorWrapper
@@ -75,3 +76,21 @@ def test_plumb_queries_go_through_the_cached_conversion(database):
 )
 def test_statements_that_write_are_told_from_reads(sql, writes):
     assert queue_backend._writes(sql) is writes
+
+
+def test_values_come_as_sqlite_stores_them_and_the_orm_converts_them_once(tmp_path):
+    """No converters by declared type (``get_connection_params``): raw SQL reads text for
+    a datetime and 0 or 1 for a boolean; the ORM's own converters make them Python's."""
+    wrapper = _wrapper(str(tmp_path / "types.sqlite3"))
+    try:
+        with wrapper.cursor() as cursor:
+            cursor.execute("CREATE TABLE t (at datetime NOT NULL, flag bool NOT NULL)")
+            cursor.execute("INSERT INTO t VALUES ('2026-12-02 10:44:18.123456', 1)")
+            cursor.execute("SELECT at, flag FROM t")
+            assert cursor.fetchone() == ("2026-12-02 10:44:18.123456", 1)
+        ops = wrapper.ops
+        at = ops.convert_datetimefield_value("2026-12-02 10:44:18.123456", None, wrapper)
+        assert at == datetime(2026, 12, 2, 10, 44, 18, 123456, tzinfo=UTC)
+        assert ops.convert_booleanfield_value(1, None, wrapper) is True
+    finally:
+        wrapper.close()
