@@ -157,10 +157,12 @@ def wait_for(
 
     A call whose ``check`` claims nothing (a room read: what it answers is
     also there for the session's other calls) passes ``look_first``: woken,
-    it looks before it asks whether newer calls pushed it out, and asks only
-    when the look finds nothing. A call pushed out answers at once with what
-    it has, so one that has an answer gives it either way; one message that
-    wakes 1,000 such calls then costs them one query less each.
+    it looks before it subscribes again or asks whether newer calls pushed
+    it out, and does either only when the look finds nothing (then it looks
+    once more, subscribed, before it parks). A call pushed out answers at
+    once with what it has, so one that has an answer gives it either way;
+    one message that wakes 1,000 such calls then costs them one query and
+    one subscription less each.
 
     Under plumb's server the call *parks* (``common.wake.Parked``): its thread
     goes back to the pool while the event loop waits, and the request runs
@@ -183,6 +185,15 @@ def wait_for(
             # said whether notes are pending, which is as fresh as the look
             # (nearly always "no": then the look at notes costs no query).
             return _answer(check, idle)
+        if look_first:
+            # Before subscribing: a look that finds its answer (each of the
+            # 1,000 reads one message woke) needs no subscription at all. One
+            # that finds nothing subscribes below and looks again before it
+            # parks, so a commit between the two looks still wakes it.
+            answer = check()
+            if answer is not None:
+                return answer
+            pause_point("poll.looked")  # found nothing, not subscribed yet
         # Subscribed before the ticket is read: a newer call that records its
         # own after that read wakes this subscription.
         subscription = _subscribe(session, topics, ticket)
@@ -192,17 +203,13 @@ def wait_for(
             # hint of this very run's authentication, as any call's do.
             session.notes_maybe_pending = True
         try:
-            answer = check() if look_first else None
-            superseded = answer is None and _superseded(session, ticket)
+            superseded = _superseded(session, ticket)
         except BaseException:
             wake.unsubscribe(subscription)
             raise
-        if answer is not None or superseded:
+        if superseded:
             wake.unsubscribe(subscription)
-            return idle() if answer is None else answer
-        if look_first:
-            # Looked after subscribing already: a commit since has woken the subscription.
-            return _park(subscription, idle, deadline, ticket, seen)
+            return idle()
         return _park_or_answer(subscription, check, idle, deadline, ticket, seen)
     if seconds <= 0:
         return _answer(check, idle)

@@ -20,7 +20,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import plumb_site.asgi as front
-from common import groupcommit
+from common import groupcommit, wake
+from mailbox import wakeups
 from mailbox.models import Session
 from mailbox.services import note_leave
 from rooms import services
@@ -327,6 +328,61 @@ def test_a_woken_read_runs_three_queries_and_defers_its_writes(one_thread, hall,
     assert not [q for q in tables if q.startswith("UPDATE")]
     assert deferred == 2  # its read position and its session's last_seen_at
     assert len(tables) == 3, tables
+
+
+def test_a_woken_read_that_finds_its_message_answers_without_subscribing_again(
+    one_thread, hall, monkeypatch
+):
+    subscribed: list[frozenset] = []
+    subscribe = wakeups.wake.subscribe
+
+    def counted(topics, **kwargs):
+        subscription = subscribe(topics, **kwargs)
+        subscribed.append(subscription.topics)
+        return subscription
+
+    monkeypatch.setattr(wakeups.wake, "subscribe", counted)
+
+    async def scenario():
+        poll, task = wait_call(hall["bob"])
+        await until(lambda: front.parked_calls() == 1, "bob's read parked")
+        await asyncio.to_thread(send, hall["alice"], "one look")
+        await asyncio.wait_for(task, 10)
+        return poll
+
+    poll = asyncio.run(scenario())
+
+    assert [e["message"]["body"] for e in poll.json()["events"]] == ["one look"]
+    assert len(subscribed) == 1  # the parking run's; the woken run looked and answered
+    assert wake.subscriptions() == 0
+
+
+def test_a_message_committed_between_a_woken_reads_empty_look_and_its_subscription_wakes_it(
+    one_thread, hall
+):
+    """Woken by an event its kinds leave out, bob's read looks (nothing), and is held
+    before it subscribes again while alice's message commits: no subscription heard
+    it, so the read must look again once subscribed, and answer with it."""
+    bob = hall["bob"]
+    dave = SessionFactory(workspace=bob.workspace, name="dave")
+
+    with held_at("poll.looked") as held:
+
+        async def scenario():
+            poll, task = wait_call(bob, "/api/v1/rooms/hall/messages/?wait=20&kinds=message")
+            await until(lambda: front.parked_calls() == 1, "bob's read parked")
+            await asyncio.to_thread(services.room_join, dave, "hall")  # a join: not for bob
+            await asyncio.to_thread(held.wait_reached)
+            sent = await asyncio.to_thread(send, hall["alice"], "meanwhile")
+            held.release()
+            await asyncio.wait_for(task, 10)
+            return poll, sent
+
+        poll, sent = asyncio.run(scenario())
+
+    assert poll.status == 200
+    assert [e["message"]["body"] for e in poll.json()["events"]] == ["meanwhile"]
+    assert poll.json()["read_seq"] == sent.message.seq == read_seq(bob)
 
 
 def test_nothing_collects_in_a_thread_that_serves_no_request():
