@@ -189,7 +189,14 @@ def _django(
     return (int(status.split(" ", 1)[0]), encoded, b"".join(chunks)), writes
 
 
-_group_commit = groupcommit.GroupCommit()
+_woken_running = 0  # runs of woken waiting calls under way: they may defer writes
+
+
+def _woken_runs() -> int:
+    return _woken_running
+
+
+_group_commit = groupcommit.GroupCommit(gathering=_woken_runs)
 
 
 def _unavailable(scope: Scope) -> Response:
@@ -218,14 +225,20 @@ async def _answer(scope: Scope, body: bytes, gone: asyncio.Future, labels: dict)
     the rules of ``mailbox/wakeups.py``. A parked call whose client leaves
     (``gone``) ends there: ``_Gone``.
     """
-    global _parked
+    global _parked, _woken_running
     loop = asyncio.get_running_loop()
     resumed = None
     while True:
         may_park = _parked < settings.PLUMB_PARKED_POLLS
-        outcome, writes = await loop.run_in_executor(
-            django_threads, _django, scope, body, may_park, resumed, labels
-        )
+        # Counted while it runs: the group commit gathers the writes of such runs.
+        counted = resumed is not None and resumed.woken
+        _woken_running += counted
+        try:
+            outcome, writes = await loop.run_in_executor(
+                django_threads, _django, scope, body, may_park, resumed, labels
+            )
+        finally:
+            _woken_running -= counted
         if writes:
             # Committed with those of the requests beside it; answered only once durable.
             try:

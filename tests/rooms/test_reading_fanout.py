@@ -188,7 +188,9 @@ def test_one_message_wakes_every_reader_and_their_positions_commit_together(
     one_thread, hall, monkeypatch
 ):
     """Held at its first commit until every other woken read has deferred its write:
-    two commits for the lot, and one UPDATE of read positions in the second."""
+    two commits for the lot, and one UPDATE of read positions in the second. (No
+    gathering: the first commit starts with the first read's write alone.)"""
+    monkeypatch.setattr(groupcommit, "GATHER_SECONDS", 0)
     readers = [hall["bob"], hall["carol"]]
     workspace = hall["bob"].workspace
     for i in range(4):
