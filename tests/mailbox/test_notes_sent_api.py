@@ -353,13 +353,19 @@ def picked_up_elsewhere(note: Note, by) -> None:
     Note.objects.filter(pk=note.pk).update(delivered_at=timezone.now(), delivered_to=by)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_sent_notes_wait_asleep_is_woken_by_a_pickup_in_another_process(tmp_path, settings):
+@pytest.fixture
+def asked(tmp_path, settings):
+    """alice's note to bob, waiting; this process's wake-up files in ``tmp_path``."""
     settings.VAR_DIR = tmp_path
     workspace = WorkspaceFactory(slug="main")
     alice = SessionFactory(workspace=workspace, name="alice")
     bob = SessionFactory(workspace=workspace, name="bob")
-    note = services.note_leave(alice, to="bob", body="?").note
+    return alice, bob, services.note_leave(alice, to="bob", body="?").note
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sent_notes_wait_asleep_is_woken_by_a_pickup_in_another_process(tmp_path, asked):
+    alice, bob, note = asked
 
     with host_listener():
         waiter = SentWait(alice)
@@ -377,15 +383,11 @@ def test_a_sent_notes_wait_asleep_is_woken_by_a_pickup_in_another_process(tmp_pa
 
 @pytest.mark.django_db(transaction=True)
 def test_a_sent_notes_wait_that_starts_after_the_other_processs_scan_sees_the_pickup(
-    tmp_path, settings
+    tmp_path, asked
 ):
     """The scan for listeners missed this process's announcement: the pickup it
     publishes committed before that scan, and so before the waiter's first look."""
-    settings.VAR_DIR = tmp_path
-    workspace = WorkspaceFactory(slug="main")
-    alice = SessionFactory(workspace=workspace, name="alice")
-    bob = SessionFactory(workspace=workspace, name="bob")
-    note = services.note_leave(alice, to="bob", body="?").note
+    alice, bob, note = asked
 
     with host_listener():
         picked_up_elsewhere(note, bob)
