@@ -190,13 +190,7 @@ def _django(
 
 
 _woken_running = 0  # runs of woken waiting calls under way: they may defer writes
-
-
-def _woken_runs() -> int:
-    return _woken_running
-
-
-_group_commit = groupcommit.GroupCommit(gathering=_woken_runs)
+_group_commit = groupcommit.GroupCommit(gathering=lambda: _woken_running)
 
 
 def _unavailable(scope: Scope) -> Response:

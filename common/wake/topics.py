@@ -111,15 +111,13 @@ def subscribe(topics: Iterable[str], *, mark: str | None = None) -> Subscription
     with a ceiling (``"topic@n"``) is woken by publications numbered n at most.
     """
     subscription = Subscription(topics, mark)
-    if subscription.sparse:
-        # Announced first: see the module's docstring.
-        with _held_guard:
-            for kind in subscription.sparse:
-                _held[kind] = _held.get(kind, 0) + 1
-                if _held[kind] == 1:
-                    _announce(kind, True)
-            _add(subscription)
-    else:
+    # Announced before it is added (see the module's docstring), and counted
+    # only once announced: an announcement that fails leaves no count behind.
+    with _held_guard if subscription.sparse else contextlib.nullcontext():
+        for kind in subscription.sparse:
+            if not _held.get(kind):
+                _announce(kind, True)
+            _held[kind] = _held.get(kind, 0) + 1
         _add(subscription)
     return subscription
 

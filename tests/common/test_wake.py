@@ -201,6 +201,28 @@ def test_a_listener_does_not_echo_a_marked_publication_to_its_own_mark():
     assert asyncio.run(scenario()) == (True, False)
 
 
+def test_an_announcement_that_fails_subscribes_nothing_and_the_next_announces_again(
+    sparse_kind,
+):
+    calls: list[tuple[str, bool]] = []
+
+    def announce(kind: str, held: bool) -> None:
+        calls.append((kind, held))
+        if len(calls) == 1:
+            raise OSError("no room for the file")
+
+    wake.topics.announcing(announce)
+    try:
+        with pytest.raises(OSError, match="no room"):
+            wake.subscribe(["s:1"])
+        with wake.subscribed(["s:2"]):
+            pass
+    finally:
+        wake.topics.announcing(None)
+
+    assert calls == [("s:", True), ("s:", True), ("s:", False)]
+
+
 def test_a_socket_left_by_a_dead_process_is_removed_with_what_it_announced(tmp_path, settings):
     settings.VAR_DIR = tmp_path
     directory = wake.wake_dir()
