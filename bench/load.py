@@ -65,6 +65,7 @@ class PhaseResult:
     latencies: list[float]
     first_error: str = ""
     server_cpu: float = 0.0
+    server_sys: float = 0.0
 
     @property
     def throughput(self) -> float:
@@ -145,19 +146,21 @@ def run_phase(
     for t in threads:
         t.start()
     barrier.wait()
-    cpu_before = server.worker_cpu_seconds()
+    user_before, sys_before = server.worker_cpu_split()
     started = time.perf_counter()
     for t in threads:
         t.join()
     seconds = time.perf_counter() - started
     flat = [x for per in latencies for x in per]
+    user_after, sys_after = server.worker_cpu_split()
     return PhaseResult(
         completed=len(flat),
         errors=len(errors),
         seconds=seconds,
         latencies=flat,
         first_error=errors[0] if errors else "",
-        server_cpu=server.worker_cpu_seconds() - cpu_before,
+        server_cpu=user_after + sys_after - user_before - sys_before,
+        server_sys=sys_after - sys_before,
     )
 
 
@@ -194,6 +197,12 @@ def summarise(results: list[PhaseResult]) -> dict[str, Any]:
         "server_cpu_ms_per_op": round(
             statistics.median(
                 r.server_cpu / r.completed * 1000 if r.completed else 0 for r in results
+            ),
+            2,
+        ),
+        "server_sys_ms_per_op": round(
+            statistics.median(
+                r.server_sys / r.completed * 1000 if r.completed else 0 for r in results
             ),
             2,
         ),
