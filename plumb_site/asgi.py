@@ -50,7 +50,7 @@ from django.conf import settings
 from django.core.signals import request_finished
 from django.urls import Resolver404, get_resolver
 
-from common import groupcommit, metrics, wake
+from common import groupcommit, inturn, metrics, wake
 from plumb_site.mcp.jsonrpc import refused_before_reading
 from plumb_site.wsgi import application as wsgi_application
 
@@ -189,6 +189,13 @@ def _django(
     return (int(status.split(" ", 1)[0]), encoded, b"".join(chunks)), writes
 
 
+# A parked call's later runs take turns in as many threads as the request gate
+# admits (common/inturn.py); with the gate open (PostgreSQL) each has its own.
+_in_turn = (
+    inturn.InTurn(lambda: django_threads, jobs=settings.PLUMB_ACTIVE_REQUESTS)
+    if settings.PLUMB_ACTIVE_REQUESTS
+    else None
+)
 _woken_running = 0  # runs of woken waiting calls under way: they may defer writes
 _group_commit = groupcommit.GroupCommit(gathering=lambda: _woken_running)
 
@@ -228,9 +235,15 @@ async def _answer(scope: Scope, body: bytes, gone: asyncio.Future, labels: dict)
         counted = resumed is not None and resumed.woken
         _woken_running += counted
         try:
-            outcome, writes = await loop.run_in_executor(
-                django_threads, _django, scope, body, may_park, resumed, labels
-            )
+            if resumed is not None and may_park and _in_turn is not None:
+                # A later run: it answers or parks again, never waits in its thread.
+                outcome, writes = await _in_turn.run(
+                    _django, scope, body, may_park, resumed, labels
+                )
+            else:
+                outcome, writes = await loop.run_in_executor(
+                    django_threads, _django, scope, body, may_park, resumed, labels
+                )
         finally:
             _woken_running -= counted
         if writes:

@@ -20,7 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import plumb_site.asgi as front
-from common import groupcommit, wake
+from common import groupcommit, inturn, wake
 from mailbox import wakeups
 from mailbox.models import Session
 from mailbox.services import note_leave
@@ -37,11 +37,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def one_thread(monkeypatch):
-    """Django gets one thread: the woken reads run one after another. Its connection,
-    and the group commit thread's, are closed after the test (PostgreSQL drops the
-    test database only once nobody uses it)."""
+    """Django gets one thread: the woken reads run one after another, taking turns
+    as behind SQLite's one-seat gate (``common/inturn.py``) on either database. Its
+    connection, and the group commit thread's, are closed after the test (PostgreSQL
+    drops the test database only once nobody uses it)."""
     threads = ThreadPoolExecutor(1)
     monkeypatch.setattr(front, "django_threads", threads)
+    monkeypatch.setattr(front, "_in_turn", inturn.InTurn(lambda: threads, jobs=1))
     yield
     threads.submit(connections.close_all).result()
     threads.shutdown()

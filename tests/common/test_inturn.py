@@ -1,0 +1,132 @@
+"""Calls taking turns in one job (common/inturn.py), on an event loop of the test's own.
+
+No database: what is tested is the hand-off. The woken reads that use it
+through the server's front are tested in ``tests/rooms/test_reading_fanout.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from common.inturn import InTurn
+from tests.races import TIMEOUT, held_at
+
+
+class CountingPool(ThreadPoolExecutor):
+    """A thread pool that counts the jobs handed to it."""
+
+    def __init__(self, threads: int) -> None:
+        super().__init__(threads)
+        self.submitted = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+@pytest.fixture
+def pool():
+    pool = CountingPool(4)
+    yield pool
+    pool.shutdown(wait=True)
+
+
+def test_calls_queued_together_run_in_one_job_and_each_gets_its_own_answer(pool):
+    turns = InTurn(lambda: pool, jobs=1)
+    go = threading.Event()
+    threads: list[int] = []
+
+    def call(n: int) -> int:
+        if n == 0:  # the first holds its job until every other call is queued
+            assert go.wait(TIMEOUT)
+        threads.append(threading.get_ident())
+        return n * 10
+
+    async def main() -> list[int]:
+        calls = [asyncio.ensure_future(turns.run(call, n)) for n in range(5)]
+        await asyncio.sleep(0)  # each call queued
+        go.set()
+        return await asyncio.wait_for(asyncio.gather(*calls), TIMEOUT)
+
+    assert asyncio.run(main()) == [0, 10, 20, 30, 40]
+    assert pool.submitted == 1
+    assert len(set(threads)) == 1
+
+
+def test_an_error_reaches_its_own_caller_only(pool):
+    turns = InTurn(lambda: pool, jobs=1)
+
+    def call(n: int) -> int:
+        if n == 1:
+            raise ValueError("the second call fails")
+        return n
+
+    async def main() -> list:
+        calls = [turns.run(call, n) for n in range(3)]
+        return await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), TIMEOUT)
+
+    first, second, third = asyncio.run(main())
+    assert (first, third) == (0, 2)
+    assert isinstance(second, ValueError)
+
+
+def test_jobs_never_outnumber_the_seats(pool):
+    turns = InTurn(lambda: pool, jobs=2)
+    go = threading.Event()
+    inside = 0
+    most = 0
+    guard = threading.Lock()
+
+    def call(n: int) -> int:
+        nonlocal inside, most
+        with guard:
+            inside += 1
+            most = max(most, inside)
+        assert go.wait(TIMEOUT)
+        with guard:
+            inside -= 1
+        return n
+
+    async def main() -> list[int]:
+        calls = [asyncio.ensure_future(turns.run(call, n)) for n in range(6)]
+        await asyncio.sleep(0)
+        go.set()
+        return await asyncio.wait_for(asyncio.gather(*calls), TIMEOUT)
+
+    assert asyncio.run(main()) == list(range(6))
+    assert most == 2
+    assert pool.submitted == 2
+
+
+def test_a_call_queued_as_the_last_job_found_nothing_left_starts_the_next_job(pool):
+    """The job has found the queue empty and not yet ended when a call is queued.
+
+    The call sees every seat taken and starts no job; the ending job, booked
+    on the loop after its last look, must start one for it.
+    """
+    turns = InTurn(lambda: pool, jobs=1)
+
+    async def main() -> str:
+        with held_at("inturn.emptied") as held:
+            first = asyncio.ensure_future(turns.run(lambda: "first"))
+            await asyncio.to_thread(held.wait_reached)
+            assert await asyncio.wait_for(first, TIMEOUT) == "first"
+            second = asyncio.ensure_future(turns.run(lambda: "second"))
+            await asyncio.sleep(0)  # queued, with the only seat still taken
+            assert pool.submitted == 1
+            held.release()
+            return await asyncio.wait_for(second, TIMEOUT)
+
+    assert asyncio.run(main()) == "second"
+    assert pool.submitted == 2
+
+
+def test_each_event_loop_has_its_own_queue(pool):
+    """A loop closed with a job booked (a test's; a worker's lasts its life) holds up no other."""
+    turns = InTurn(lambda: pool, jobs=1)
+    for expected in ("one", "two"):
+        assert asyncio.run(asyncio.wait_for(turns.run(lambda e=expected: e), TIMEOUT)) == expected
