@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from types import NoneType
 from typing import Any
 
@@ -27,9 +28,11 @@ from django.db.models import (
     BigAutoField,
     BigIntegerField,
     CharField,
+    DateTimeField,
     Field,
     ForeignKey,
     IntegerField,
+    JSONField,
     Model,
     QuerySet,
     SmallAutoField,
@@ -235,12 +238,15 @@ def _as_is_types(field: Field, connection) -> tuple[type, ...]:
 
     For these, ``pre_save`` and ``get_db_prep_save`` return the attribute as
     it is (a str for a text column; an int or None for an integer column or a
-    key, where the backend adapts integers as they are, as SQLite does), so
-    the insert can pass it straight on. Exact Django classes only: a subclass
-    may convert. Any other value takes the full path.
+    key, where the backend adapts integers as they are, as SQLite does; None
+    for a datetime column), so the insert can pass it straight on. Exact
+    Django classes only: a subclass may convert. Any other value takes the
+    full path.
     """
     kind = type(field)
     ops = type(connection.ops)
+    if kind is DateTimeField and not (field.auto_now or field.auto_now_add):
+        return (NoneType,)
     if kind.pre_save is not Field.pre_save:
         return ()
     if kind in (CharField, TextField):
@@ -257,13 +263,52 @@ def _as_is_types(field: Field, connection) -> tuple[type, ...]:
     return (int, NoneType) if integers_as_is or keys_as_is else ()
 
 
+def _adapters(field: Field) -> dict[type, Callable[[Any, Any], Any]]:
+    """Shortcuts of ``get_db_prep_save`` by value type: ``adapt(value, connection)``.
+
+    ``get_db_prep_save`` of a JSON or datetime column passes a dict, a list
+    or an aware datetime through calls that leave it unchanged
+    (``get_prep_value``, ``to_python``) on its way to the backend's adapter;
+    these call the adapter alone. Exact Django classes only, whose
+    ``pre_save`` returns the attribute. A naive datetime takes the full path
+    (its warning and conversion).
+    """
+    kind = type(field)
+    if kind is JSONField:
+        encoder = field.encoder
+
+        def json_value(value: Any, connection) -> Any:
+            return connection.ops.adapt_json_value(value, encoder)
+
+        return {dict: json_value, list: json_value}
+    if kind is DateTimeField and not (field.auto_now or field.auto_now_add):
+
+        def datetime_value(value: datetime, connection) -> Any:
+            if value.utcoffset() is None:
+                return field.get_db_prep_save(value, connection)
+            return connection.ops.adapt_datetimefield_value(value)
+
+        return {datetime: datetime_value}
+    return {}
+
+
+def _plan(fields: Sequence[Field], connection) -> list[tuple[Field, str, tuple[type, ...], dict]]:
+    """Per field: what ``_row_params`` needs to write it (see ``_as_is_types``, ``_adapters``)."""
+    return [(f, f.attname, _as_is_types(f, connection), _adapters(f)) for f in fields]
+
+
 def _row_params(instance: Model, plan, connection) -> list[Any]:
-    """An instance's values as ``Model.save()`` would write them (see ``_as_is_types``)."""
+    """An instance's values as ``Model.save()`` would write them (see ``_plan``)."""
     params = []
-    for f, attname, as_is in plan:
+    for f, attname, as_is, adapters in plan:
         value = getattr(instance, attname)
-        if type(value) not in as_is:
-            value = f.get_db_prep_save(f.pre_save(instance, True), connection)
+        kind = type(value)
+        if kind not in as_is:
+            adapt = adapters.get(kind)
+            if adapt is None:
+                value = f.get_db_prep_save(f.pre_save(instance, True), connection)
+            else:
+                value = adapt(value, connection)
         params.append(value)
     return params
 
@@ -283,7 +328,7 @@ class PreparedInsert:
     def __init__(self, model: type[Model]) -> None:
         self._model = model
         self._fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-        self._compiled: dict[str, tuple[str, list[tuple[Field, str, tuple[type, ...]]]]] = {}
+        self._compiled: dict[str, tuple[str, list]] = {}
         self._compiled_many: dict[tuple[str, int], str] = {}
 
     def prepare(self, using: str = "default") -> None:
@@ -298,8 +343,7 @@ class PreparedInsert:
         sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})"
         if connection.vendor != "sqlite":
             sql += f" RETURNING {quote(meta.pk.column)}"
-        plan = [(f, f.attname, _as_is_types(f, connection)) for f in self._fields]
-        self._compiled[using] = (sql, plan)
+        self._compiled[using] = (sql, _plan(self._fields, connection))
 
     def statement(
         self, instances: Sequence[Model], using: str = "default"

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, timezone
 from types import NoneType
 
 import pytest
 from django.db import IntegrityError, connection, transaction
-from django.db.models import CharField, Count, F, Q
+from django.db.models import CharField, Count, DateTimeField, F, Q
 from django.test.utils import CaptureQueriesContext
 
 from common.prepared import (
@@ -16,6 +16,7 @@ from common.prepared import (
     PreparedObjects,
     PreparedUpdate,
     Writes,
+    _adapters,
     _as_is_types,
     concrete_attnames,
     instances_from_row,
@@ -254,13 +255,51 @@ def test_values_passed_as_they_are_are_what_the_field_would_save(model):
                 assert field.get_db_prep_save(value, connection) is value, (field, value)
 
 
+def _saved(value):
+    """What a driver is handed, comparable (PostgreSQL's JSON wrapper has no ``==``)."""
+    if hasattr(value, "obj") and hasattr(value, "dumps"):
+        return (type(value), value.dumps(value.obj))
+    return (type(value), value)
+
+
+@pytest.mark.parametrize("model", [Event, Message])
+def test_adapted_values_are_what_the_field_would_save(model):
+    aware = datetime(2026, 3, 29, 1, 30, 5, 7, tzinfo=UTC)
+    samples = {
+        dict: [{}, {"unseen_before_send": 3, "é": ["\u2028", None]}],
+        list: [[], [{"handle": "ann", "display_name": "Ann"}]],
+        datetime: [aware, aware.astimezone(timezone(timedelta(hours=-7)))],
+    }
+    adapted = 0
+    for field in model._meta.concrete_fields:
+        for kind, adapt in _adapters(field).items():
+            for value in samples[kind]:
+                expected = field.get_db_prep_save(value, connection)
+                assert _saved(adapt(value, connection)) == _saved(expected), (field, value)
+                adapted += 1
+    assert adapted  # the send's JSON and datetime columns take these
+
+
+def test_a_naive_datetime_takes_the_full_path(db):
+    field = Message._meta.get_field("created_at")
+    naive = datetime(2026, 3, 29, 1, 30, 5)  # noqa: DTZ001 -- naive on purpose
+
+    with pytest.warns(RuntimeWarning, match="naive datetime"):
+        value = _adapters(field)[datetime](naive, connection)
+    with pytest.warns(RuntimeWarning, match="naive datetime"):
+        assert value == field.get_db_prep_save(naive, connection)
+
+
 def test_as_is_only_for_exact_types_of_plain_fields(db):
     class Upper(CharField):
         def get_prep_value(self, value):
             return value.upper()
 
     assert _as_is_types(Upper(max_length=5), connection) == ()
-    assert _as_is_types(Message._meta.get_field("created_at"), connection) == ()
+    assert _adapters(Upper(max_length=5)) == {}
+    assert _as_is_types(DateTimeField(auto_now=True), connection) == ()
+    assert _adapters(DateTimeField(auto_now_add=True)) == {}
+    assert _as_is_types(Message._meta.get_field("created_at"), connection) == (NoneType,)
     assert _as_is_types(Message._meta.get_field("mentions"), connection) == ()
     assert _as_is_types(Message._meta.get_field("seq"), connection) in [(int, NoneType), ()]
 
