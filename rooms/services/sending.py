@@ -266,7 +266,7 @@ class _SendState:
 
 def _lock_room_for_send(slug: str, name_id: int, after_seq: int | None, cursor) -> _SendState:
     values = {"slug": slug, "name_id": name_id, "after_seq": after_seq}
-    if connection.vendor == "sqlite":
+    if cursor.db.vendor == "sqlite":
         rows = _room_for_send.rows(cursor=cursor, **values)
     else:
         rows = _room_for_send_locking.rows(cursor=cursor, **values)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from types import NoneType
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import CharField, Count, DateTimeField, F, Q
 from django.test.utils import CaptureQueriesContext
 
@@ -18,6 +18,7 @@ from common.prepared import (
     Writes,
     _adapters,
     _as_is_types,
+    _connection_of,
     concrete_attnames,
     instances_from_row,
 )
@@ -447,3 +448,12 @@ def test_postgresql_plans_a_statement_a_connection_runs_again_once(sessions):
         statements = [statement for (statement,) in cursor.fetchall()]
 
     assert any('FROM "mailbox_session"' in s and "$1" in s for s in statements), statements
+
+
+def test_a_django_cursor_holds_the_connection_it_was_opened_on(db):
+    # _connection_of relies on it (CursorWrapper.db), with and without query capture.
+    with connection.cursor() as cursor:
+        assert cursor.db is connections["default"]
+    with CaptureQueriesContext(connection), connection.cursor() as cursor:
+        assert cursor.db is connections["default"]
+    assert _connection_of("default", None) is connections["default"]
