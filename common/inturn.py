@@ -1,12 +1,12 @@
-"""Calls that take turns in one thread: a woken waiting call's runs, handed off in bulk.
+"""Calls that take turns in one thread job: a parked call's later runs, without a pool trip each.
 
 Handing one call to a thread pool and its answer back to the event loop
 costs a future on each side, a callback chained between them and a wake-up
 of a sleeping thread. When one message wakes 1,000 parked reads of a
-process, each read runs again, and those hand-offs came to about a sixth
-of the CPU of a woken read in ``make bench``'s broadcast; under a request
-gate of one seat (SQLite) the threads that took them also queued at the
-gate, waking each other in turn.
+process, each read runs again; with a trip each, those hand-offs are about
+a sixth of a woken read's CPU in a py-spy profile of ``make bench``'s
+broadcast, and under a request gate of one seat (SQLite) the threads that
+take them also queue at the gate, waking each other in turn.
 
 ``InTurn.run`` queues a call instead: one job in the pool runs the queued
 calls one after another, and each answer goes back to the loop as soon as
