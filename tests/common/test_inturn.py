@@ -126,7 +126,12 @@ def test_a_call_queued_as_the_last_job_found_nothing_left_starts_the_next_job(po
 
 
 def test_each_event_loop_has_its_own_queue(pool):
-    """A loop closed with a job booked (a test's; a worker's lasts its life) holds up no other."""
+    """A loop closed while its job still runs (a test's; a worker's lasts its life) holds
+    up no other: that job's end can no longer be booked on it."""
     turns = InTurn(lambda: pool, jobs=1)
-    for expected in ("one", "two"):
-        assert asyncio.run(asyncio.wait_for(turns.run(lambda e=expected: e), TIMEOUT)) == expected
+    with held_at("inturn.emptied") as held:
+        assert asyncio.run(asyncio.wait_for(turns.run(lambda: "one"), TIMEOUT)) == "one"
+        held.wait_reached()
+        held.release()  # the job ends with its loop closed: its seat is never given back
+
+    assert asyncio.run(asyncio.wait_for(turns.run(lambda: "two"), TIMEOUT)) == "two"
