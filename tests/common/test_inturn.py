@@ -94,10 +94,12 @@ def test_jobs_never_outnumber_the_seats(pool):
     async def main() -> list[int]:
         calls = [asyncio.ensure_future(turns.run(call, n)) for n in range(6)]
         await asyncio.sleep(0)
+        while inside < 2:  # each seat's job has taken a call (TIMEOUT bounds the test)
+            await asyncio.sleep(0.01)
         go.set()
         return await asyncio.wait_for(asyncio.gather(*calls), TIMEOUT)
 
-    assert asyncio.run(main()) == list(range(6))
+    assert asyncio.run(asyncio.wait_for(main(), TIMEOUT)) == list(range(6))
     assert most == 2
     assert pool.submitted == 2
 
