@@ -254,7 +254,7 @@ def _as_is_types(field: Field, connection) -> tuple[type, ...]:
     """
     kind = type(field)
     ops = type(connection.ops)
-    if kind is DateTimeField and not (field.auto_now or field.auto_now_add):
+    if _plain_datetime(field):
         return (NoneType,)
     if kind.pre_save is not Field.pre_save:
         return ()
@@ -270,6 +270,11 @@ def _as_is_types(field: Field, connection) -> tuple[type, ...]:
         and ops.validate_autopk_value is BaseDatabaseOperations.validate_autopk_value
     )
     return (int, NoneType) if integers_as_is or keys_as_is else ()
+
+
+def _plain_datetime(field: Field) -> bool:
+    """Django's own datetime column, whose ``pre_save`` returns the attribute (no auto_now)."""
+    return type(field) is DateTimeField and not (field.auto_now or field.auto_now_add)
 
 
 def _adapters(field: Field) -> dict[type, Callable[[Any, Any], Any]]:
@@ -290,7 +295,7 @@ def _adapters(field: Field) -> dict[type, Callable[[Any, Any], Any]]:
             return connection.ops.adapt_json_value(value, encoder)
 
         return {dict: json_value, list: json_value}
-    if kind is DateTimeField and not (field.auto_now or field.auto_now_add):
+    if _plain_datetime(field):
 
         def datetime_value(value: datetime, connection) -> Any:
             if value.utcoffset() is None:
