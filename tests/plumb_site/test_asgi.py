@@ -507,3 +507,62 @@ def test_a_poll_whose_wait_ran_out_answers_with_the_queries_of_a_plain_check(
     (plain_run, first_run, last_run) = runs
     assert [plain_run[0], first_run[0], last_run[0]] == [False, False, True]
     assert last_run[1] == plain_run[1]
+
+
+# --- a parked call is one call to the rate limits ----------------------------------------
+
+
+def parked_then_woken(token: str, between) -> Client:
+    """A notes poll that parks; ``between()`` runs (in a thread); a note to bob wakes it."""
+
+    async def scenario() -> Client:
+        poll = staying()
+        waiting = asyncio.create_task(
+            front.application(authorized("/api/v1/notes/?wait=20", token), poll.receive, poll.send)
+        )
+        await until(lambda: front.parked_calls() == 1, "the poll parked")
+        await asyncio.to_thread(between)
+        await asyncio.wait_for(waiting, 10)
+        return poll
+
+    return asyncio.run(scenario())
+
+
+def test_a_woken_call_is_not_counted_again_against_the_session_rate(one_thread, mailbox, settings):
+    """Counted once, when it was made, as a call that waits in its thread is: woken
+    at the rate, it still answers with what woke it."""
+    settings.PLUMB_RATE_SESSION = "1/min"
+    token = mailbox["bob"].raw_token
+
+    poll = parked_then_woken(
+        token, lambda: note_leave(mailbox["alice"], to="bob", body="counted once")
+    )
+    after = run(Client([(b"", False)]), authorized("/api/v1/notes/", token))
+
+    assert poll.status == 200, poll.sent
+    assert [note["body"] for note in poll.json()["notes"]] == ["counted once"]
+    # The rate holds: the poll took the minute's one call.
+    assert after.status == 429
+    assert after.json()["error"]["code"] == "throttled"
+
+
+def test_a_woken_call_is_answered_though_its_address_reached_the_failure_rate_meanwhile(
+    one_thread, mailbox, settings
+):
+    """Its credential was checked, and answered, when the call was made: a later run
+    has no guess to refuse. A new call from the address is refused."""
+    settings.PLUMB_RATE_AUTH_FAIL = "2/min"
+    token = mailbox["bob"].raw_token
+
+    def guess_then_note() -> None:
+        for _ in range(2):
+            guess = run(Client([(b"", False)]), authorized("/api/v1/notes/", "plumb_s_nothing"))
+            assert guess.status == 401, guess.sent
+        note_leave(mailbox["alice"], to="bob", body="still answered")
+
+    poll = parked_then_woken(token, guess_then_note)
+    after = run(Client([(b"", False)]), authorized("/api/v1/notes/", token))
+
+    assert poll.status == 200, poll.sent
+    assert [note["body"] for note in poll.json()["notes"]] == ["still answered"]
+    assert after.status == 429

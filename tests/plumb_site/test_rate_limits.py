@@ -14,7 +14,9 @@ from django.core.exceptions import ImproperlyConfigured
 from rest_framework.test import APIClient
 from rest_framework.throttling import SimpleRateThrottle
 
+from common import wake
 from mailbox.models import Note, Session
+from mailbox.throttles import SessionRateThrottle
 from plumb_site.settings import env_rate
 from tests.conftest import client_for
 from tests.factories import ProjectKeyFactory, SessionFactory
@@ -148,6 +150,23 @@ def test_a_project_key_start_is_not_counted_against_the_session_limit(
 
     for n in range(5):
         assert start(project_key, f"worker-{n}").status_code == 201
+
+
+def test_a_parked_calls_later_run_is_not_counted_again_at_any_door(settings, clock):
+    """The REST views and the MCP tools both count through the throttle: a resumed
+    run of a call passes it uncounted, past the rate or not
+    (tests/plumb_site/test_asgi.py wakes one through the front)."""
+    settings.PLUMB_RATE_SESSION = "1/m"
+    session = SessionFactory()
+    assert SessionRateThrottle().allow_credential(session)
+
+    resumed = wake.Resumed(deadline=0.0, ticket="t", woken=True)
+    with wake.parking(allowed=True, resumed=resumed):
+        later_runs = [SessionRateThrottle().allow_credential(session) for _ in range(3)]
+
+    assert later_runs == [True, True, True]
+    # Outside a resumed run the rate holds.
+    assert not SessionRateThrottle().allow_credential(session)
 
 
 # --- per project key --------------------------------------------------------------------------
