@@ -32,7 +32,7 @@ from typing import Any
 
 from load import Client
 from serving import HOST, Server, log
-from wake import _pct, connection_owners, cpu_seconds, wait_for_waiting
+from wake import _pct, cpu_seconds, polls_per_worker, wait_for_waiting
 
 ROUNDS = 3
 WAIT = 30.0
@@ -146,6 +146,7 @@ def _one_round(
     n = len(pollers.agents)
     pollers.issue_all()
     held, after = wait_for_waiting(poll_server, n, n, timeout=HOLD_TIMEOUT)
+    per_worker = polls_per_worker(poll_server, pollers)
     time.sleep(SETTLE)
     body = json.dumps({"body": f"broadcast {r}: the release is tagged, please pull"}).encode()
     cpu = cpu_seconds(servers)
@@ -156,7 +157,7 @@ def _one_round(
     problems: list[str] = []
     if status != 201:
         problems.append(f"send: HTTP {status} {data[:200]!r}")
-        return {"held": held, "problems": problems, "answered": 0}
+        return {"held": held, "per_worker": per_worker, "problems": problems, "answered": 0}
     message = json.loads(data)["message"]
     deadline = time.monotonic() + ANSWER_WITHIN
     while time.monotonic() < deadline:
@@ -186,6 +187,7 @@ def _one_round(
     return {
         "held": held,
         "held_after_s": round(after, 1),
+        "per_worker": per_worker,
         "answered": len(after_start),
         "after_start": after_start,
         "after_answer": after_answer,
@@ -208,10 +210,6 @@ def run_broadcast(
     rounds = []
     try:
         pollers.open()
-        owners = connection_owners(poll_server)
-        per_worker: dict[int, int] = {}
-        for port in pollers.local_ports():
-            per_worker[owners.get(port, 0)] = per_worker.get(owners.get(port, 0), 0) + 1
         for r in range(ROUNDS):
             figures = _one_round(pollers, poll_server, sender, speaker, r, servers)
             rounds.append(figures)
@@ -231,7 +229,8 @@ def run_broadcast(
         "pollers": len(agents),
         "rounds": len(rounds),
         "messages": ROUNDS,
-        "per_worker": sorted(per_worker.values()),
+        # Counted once the first message's polls were all held (see polls_per_worker).
+        "per_worker": rounds[0].get("per_worker") if rounds else None,
         "answered": sum(f["answered"] for f in rounds),
         "expected": len(agents) * ROUNDS,
         "problems": [*pollers.problems, *(p for f in rounds for p in f["problems"])][:10],

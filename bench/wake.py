@@ -245,6 +245,19 @@ def connection_owners(server: Server) -> dict[int, int]:
     return owners
 
 
+def polls_per_worker(server: Server, pollers: Any) -> list[int]:
+    """How many of the pollers' connections each worker holds, fewest first.
+
+    Read once they are all held: a connection still in the listening socket's
+    queue belongs to no worker yet, and would be counted under none (0).
+    """
+    owners = connection_owners(server)
+    per_worker: dict[int, int] = {}
+    for port in pollers.local_ports():
+        per_worker[owners.get(port, 0)] = per_worker.get(owners.get(port, 0), 0) + 1
+    return sorted(per_worker.values())
+
+
 def cpu_seconds(servers: list[Server]) -> float:
     return sum(server.worker_cpu_seconds() for server in servers)
 
@@ -396,13 +409,8 @@ def run_wake(
 
     try:
         held, after = hold(lambda i: WAIT, n)  # all together: none ends for 30 s
-        owners = connection_owners(poll_server)
-        per_worker: dict[int, int] = {}
-        for port in pollers.local_ports():
-            per_worker[owners.get(port, 0)] = per_worker.get(owners.get(port, 0), 0) + 1
-        result.update(
-            held=held, held_after_s=round(after, 1), per_worker=sorted(per_worker.values())
-        )
+        per_worker = polls_per_worker(poll_server, pollers)
+        result.update(held=held, held_after_s=round(after, 1), per_worker=per_worker)
         log(f"wake: {held:.0f} of {n} polls waiting after {after:.1f} s, per worker "
             f"{result['per_worker']}")  # fmt: skip
         result["quiet"] = cpu_window(servers, pollers, QUIET_WINDOW)
