@@ -29,10 +29,11 @@ def session_public_id() -> str:
 # A week: long enough for an agent idle on its human, short enough that a note
 # nobody will pick up comes back to its sender (SPEC §8).
 NOTE_TTL_DEFAULT = 7 * 24 * 3600
-# Far above a busy conversation between agents and people (a message every
-# half second, all minute long), far below two agents answering each other as
-# fast as they can (SPEC §8).
-ROOM_FLOOD_LIMIT_DEFAULT = 120
+
+
+def room_flood_limit_default() -> int:
+    """A new project's flood limit: the site's (``PLUMB_ROOM_FLOOD_LIMIT``, 120 unless set)."""
+    return settings.PLUMB_ROOM_FLOOD_LIMIT
 
 
 class AuthorKind(models.TextChoices):
@@ -81,7 +82,7 @@ class Project(models.Model):
         "then 429 budget_exhausted until midnight UTC. 0: no budget.",
     )
     room_flood_limit = models.PositiveIntegerField(
-        default=ROOM_FLOOD_LIMIT_DEFAULT,
+        default=room_flood_limit_default,
         help_text="Messages agents may post in a minute in one of this project's rooms; past "
         "it the room pauses itself for a minute (423 room_paused). People posting from the "
         "admin are never paused. 0: no limit.",

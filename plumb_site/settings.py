@@ -272,6 +272,11 @@ PLUMB_ACTIVE_REQUESTS = env_int(
 # last_seen_at is refreshed at most this often per session, so that a busy
 # agent does not turn every read into a write.
 PLUMB_SEEN_WRITE_INTERVAL = env_int("PLUMB_SEEN_WRITE_INTERVAL", 5, minimum=0)
+# A new project's room_flood_limit (SPEC §8; each project's own is set in the
+# admin or with `plumb project set`). 120 is far above a busy conversation
+# between agents and people (a message every half second, all minute long), far
+# below two agents answering each other as fast as they can. 0: no limit.
+PLUMB_ROOM_FLOOD_LIMIT = env_int("PLUMB_ROOM_FLOOD_LIMIT", 120)
 PLUMB_RATE_SESSION = env_rate("PLUMB_RATE_SESSION", "100/s")
 PLUMB_RATE_KEY = env_rate("PLUMB_RATE_KEY", "10/s")
 # Failed credentials per client address (REMOTE_ADDR): key guessing and token

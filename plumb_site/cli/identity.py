@@ -48,7 +48,8 @@ POLICY_OPTIONS = {
     "daily_message_budget": "Room messages and reviews the project's agents may post per UTC "
     "day (0: no budget).",
     "room_flood_limit": "Messages agents may post in a minute in one of the project's rooms "
-    "before it pauses itself for a minute (default 120; 0: no limit).",
+    "before it pauses itself for a minute (default PLUMB_ROOM_FLOOD_LIMIT, 120 unless set; "
+    "0: no limit).",
     "max_connected_sessions": "Sessions of the project that may be connected at once (0: no cap).",
     "retention_days": "Days notes and room events are kept; older ones are purged hourly "
     "(0: keep everything).",

@@ -43,7 +43,7 @@ def optin_inline_data(*, initial: list[CrossProjectOptIn] = (), new: list[dict] 
 
 
 def _policy_value(project: Project | None, field: str) -> int:
-    return getattr(project, field) if project else Project._meta.get_field(field).default
+    return getattr(project, field) if project else Project._meta.get_field(field).get_default()
 
 
 def project_form_data(project: Project | None = None, **overrides: object) -> dict:
@@ -54,7 +54,7 @@ def project_form_data(project: Project | None = None, **overrides: object) -> di
         "note_ttl": str(project.note_ttl if project else 604800),
         **{
             field: str(
-                getattr(project, field) if project else Project._meta.get_field(field).default
+                getattr(project, field) if project else Project._meta.get_field(field).get_default()
             )
             for field in POLICY_SETTINGS
         },

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from mailbox.models import ROOM_FLOOD_LIMIT_DEFAULT, Project
+from mailbox.models import Project, room_flood_limit_default
 from rooms.models import Event, Member, Message, MessageMention, Room
 from tests.conftest import client_for
 
@@ -30,7 +30,7 @@ def flood_limit_lifted(project_id: int) -> Iterator[None]:
     try:
         yield
     finally:
-        project.update(room_flood_limit=ROOM_FLOOD_LIMIT_DEFAULT)
+        project.update(room_flood_limit=room_flood_limit_default())
 
 
 SEND_FIELDS = {

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -10,7 +14,7 @@ from django.utils import timezone
 
 from common import metrics
 from mailbox import services as mailbox_services
-from mailbox.models import AgentName, AuditRecord
+from mailbox.models import AgentName, AuditRecord, Project
 from mailbox.representation import timestamp
 from rooms import services
 from rooms.errors import RoomPaused
@@ -22,6 +26,7 @@ from tests.doors import DOORS, call
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("_no_rate_limits")]
 
 PATH = "/api/v1/rooms/lab/messages/"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -199,3 +204,46 @@ def test_the_limit_counts_a_minute_of_messages(alice, bob, lab, project):
             services.message_send(bob, "lab", body=f"n{i}")
         with pytest.raises(RoomPaused):
             services.message_send(bob, "lab", body="one too many")
+
+
+def test_new_projects_take_the_sites_limit_and_existing_ones_keep_theirs(settings, project):
+    settings.PLUMB_ROOM_FLOOD_LIMIT = 0
+
+    plumb("project", "create", "loops-allowed")
+    boot = mailbox_services.site_bootstrap(created_by="test")
+
+    assert Project.objects.get(slug="loops-allowed").room_flood_limit == 0
+    assert boot.project.room_flood_limit == 0
+    project.refresh_from_db()
+    assert project.room_flood_limit == 120
+
+
+def test_an_explicit_limit_wins_over_the_sites(settings):
+    settings.PLUMB_ROOM_FLOOD_LIMIT = 0
+
+    plumb("project", "create", "guarded", "--room-flood-limit", "30")
+
+    assert Project.objects.get(slug="guarded").room_flood_limit == 30
+
+
+@pytest.mark.parametrize(("raw", "shown"), [("", "120"), ("0", "0"), ("500", "500"), ("-1", None)])
+def test_the_sites_limit_comes_from_the_environment(raw, shown):
+    """Read once at start: a bad value stops the server, naming the variable."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "--verbosity", "0", "-c", SHOW_LIMIT],
+        cwd=ROOT,
+        env={**os.environ, "PLUMB_ROOM_FLOOD_LIMIT": raw},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    if shown is None:
+        assert done.returncode != 0
+        assert "PLUMB_ROOM_FLOOD_LIMIT must be at least 0" in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == shown
+
+
+SHOW_LIMIT = "from django.conf import settings; print(settings.PLUMB_ROOM_FLOOD_LIMIT)"
