@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db import connections
 
-from common import metrics
+from common import inturn, metrics
 
 
 class RequestGate:
@@ -42,7 +42,8 @@ class RequestGate:
     def admitted(self) -> Iterator[None]:
         """Run the block as one of the process's active requests.
 
-        The wait for a turn is observed (``plumb_gate_wait_seconds``): a
+        The wait for a turn is observed (``plumb_gate_wait_seconds``), with
+        the wait in the front's queue before it (``common/inturn.py``): a
         growing wait says the process has more work than its turns.
         """
         if self._slots is None or self.holds():
@@ -50,7 +51,7 @@ class RequestGate:
             return
         started = time.perf_counter()
         self._slots.acquire()
-        metrics.GATE_WAIT_SECONDS.observe(time.perf_counter() - started)
+        metrics.GATE_WAIT_SECONDS.observe(time.perf_counter() - started + inturn.waited())
         self._holders.held = True
         try:
             yield
@@ -62,14 +63,17 @@ class RequestGate:
         """Let another request in while this one only waits.
 
         A thread inside a transaction keeps its place: what it holds (SQLite's
-        writer queue, row locks) could be what the next request needs.
+        writer queue, row locks) could be what the next request needs. Under
+        the server, the calls queued behind this one on the event loop get
+        its seat too (``inturn.aside``).
         """
         if not self.holds() or _in_transaction():
             yield
             return
         self._release()
         try:
-            yield
+            with inturn.aside():
+                yield
         finally:
             self._slots.acquire()
             self._holders.held = True

@@ -16,17 +16,25 @@ end is booked on the loop, where calls are queued, so a call queued just
 as the last job found the queue empty starts the next job instead of
 waiting for none.
 
-Only calls that never wait in their thread belong here (a parked call's
-later runs answer or park again): one that waited would hold up every call
-queued behind it.
+A call that waits in its thread (a poll past the process's parked calls,
+``mailbox/wakeups.py``) steps aside (``aside``, from the request gate's
+``stepped_aside``): its seat goes to a new job for the calls queued behind
+it, and a job that finds more jobs running than seats once its call is back
+ends, so the seats are kept. Every run of a call goes through here when the
+gate has seats (SQLite): behind a gate of one seat, calls handed to the pool
+each on its own wake a thread that only queues at the gate, and threads
+waking one another there cost a fifth of the floor's CPU in ``make bench``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import threading
+import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
@@ -51,7 +59,7 @@ class InTurn:
         if turns is None:
             turns = self._turns[loop] = _Turns(loop, self._executor, self._jobs)
         answer = loop.create_future()
-        turns.queue.append((fn, args, answer))
+        turns.queue.append((fn, args, answer, time.perf_counter()))
         if turns.running < turns.jobs:
             turns.start()
         return await answer
@@ -67,7 +75,7 @@ class _Turns:
         self.executor = executor
         self.jobs = jobs
         self.running = 0  # jobs submitted and not yet ended; read and written on the loop
-        self.queue: collections.deque[tuple[Callable[..., Any], tuple, asyncio.Future]] = (
+        self.queue: collections.deque[tuple[Callable[..., Any], tuple, asyncio.Future, float]] = (
             collections.deque()
         )
 
@@ -82,28 +90,68 @@ class _Turns:
 
     def _job(self) -> None:
         loop = self.loop
+        _current.turns = self
         try:
-            while True:
+            # More jobs than seats: one came back from stepping aside. This one ends.
+            while self.running <= self.jobs:
                 try:
-                    fn, args, answer = self.queue.popleft()
+                    fn, args, answer, queued_at = self.queue.popleft()
                 except IndexError:
+                    pause_point("inturn.emptied")
                     break
                 if answer.cancelled():  # its caller is gone (a stopping worker)
                     continue
+                _current.waited = time.perf_counter() - queued_at
                 try:
                     result = fn(*args)
                 except BaseException as exc:  # the caller's to handle, as from run_in_executor
                     loop.call_soon_threadsafe(_fail, answer, exc)
                 else:
                     loop.call_soon_threadsafe(_succeed, answer, result)
-            pause_point("inturn.emptied")
+                finally:
+                    _current.waited = 0.0
         finally:
+            _current.turns = None
             loop.call_soon_threadsafe(self._ended)
 
     def _ended(self) -> None:
         self.running -= 1
+        self._fill()
+
+    def _fill(self) -> None:
         if self.queue and self.running < self.jobs:
             self.start()
+
+    def _aside(self) -> None:
+        self.running -= 1
+        self._fill()
+
+    def _back(self) -> None:
+        self.running += 1
+
+
+# The queue the current thread's job takes its calls from, and how long its
+# call waited there (the request gate observes that wait with its own).
+_current = threading.local()
+
+
+@contextlib.contextmanager
+def aside() -> Iterator[None]:
+    """The current call waits in its thread: its job's seat goes to the calls queued behind it."""
+    turns = getattr(_current, "turns", None)
+    if turns is None:
+        yield
+        return
+    turns.loop.call_soon_threadsafe(turns._aside)
+    try:
+        yield
+    finally:
+        turns.loop.call_soon_threadsafe(turns._back)
+
+
+def waited() -> float:
+    """Seconds the current thread's call waited in its queue (0 outside a job)."""
+    return getattr(_current, "waited", 0.0)
 
 
 def _succeed(answer: asyncio.Future, result: Any) -> None:

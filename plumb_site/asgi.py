@@ -189,8 +189,8 @@ def _django(
     return (int(status.split(" ", 1)[0]), encoded, b"".join(chunks)), writes
 
 
-# A parked call's later runs take turns in as many threads as the request gate
-# admits (common/inturn.py); with the gate open (PostgreSQL) each has its own.
+# Runs take turns in as many threads as the request gate admits
+# (common/inturn.py); with the gate open (PostgreSQL) each has its own.
 _in_turn = (
     inturn.InTurn(lambda: django_threads, jobs=settings.PLUMB_ACTIVE_REQUESTS)
     if settings.PLUMB_ACTIVE_REQUESTS
@@ -235,8 +235,8 @@ async def _answer(scope: Scope, body: bytes, gone: asyncio.Future, labels: dict)
         counted = resumed is not None and resumed.woken
         _woken_running += counted
         try:
-            if resumed is not None and may_park and _in_turn is not None:
-                # A later run: it answers or parks again, never waits in its thread.
+            if _in_turn is not None:
+                # Behind the gate's seats: one waiting in its thread steps aside.
                 outcome, writes = await _in_turn.run(
                     _django, scope, body, may_park, resumed, labels
                 )

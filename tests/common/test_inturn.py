@@ -11,7 +11,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from prometheus_client import REGISTRY
 
+from common import inturn
+from common.gate import RequestGate
 from common.inturn import InTurn
 from tests.races import TIMEOUT, held_at
 
@@ -137,3 +140,103 @@ def test_each_event_loop_has_its_own_queue(pool):
         held.release()  # the job ends with its loop closed: its seat is never given back
 
     assert asyncio.run(asyncio.wait_for(turns.run(lambda: "two"), TIMEOUT)) == "two"
+
+
+def test_a_call_that_steps_aside_gives_its_seat_to_the_calls_queued_behind_it(pool):
+    """A call waiting in its thread (a poll past the parked bound) holds up no other."""
+    turns = InTurn(lambda: pool, jobs=1)
+    aside, back = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def waits() -> str:
+        with inturn.aside():
+            aside.set()
+            assert back.wait(TIMEOUT)
+        order.append("waiter")
+        return "waited"
+
+    def other() -> str:
+        order.append("other")
+        return "other"
+
+    async def main() -> list[str]:
+        waiting = asyncio.ensure_future(turns.run(waits))
+        await asyncio.to_thread(aside.wait, TIMEOUT)
+        answered = await asyncio.wait_for(turns.run(other), TIMEOUT)
+        back.set()
+        return [answered, await asyncio.wait_for(waiting, TIMEOUT)]
+
+    assert asyncio.run(main()) == ["other", "waited"]
+    assert order == ["other", "waiter"]
+    assert pool.submitted == 2
+
+
+def test_seats_given_up_by_stepping_aside_come_back(pool):
+    """Once the call that stepped aside is back and done, the jobs are the seats again."""
+    turns = InTurn(lambda: pool, jobs=1)
+    aside, back = threading.Event(), threading.Event()
+
+    def waits() -> str:
+        with inturn.aside():
+            aside.set()
+            assert back.wait(TIMEOUT)
+        return "waited"
+
+    async def main() -> tuple[int, list[str]]:
+        loop = asyncio.get_running_loop()
+        waiting = asyncio.ensure_future(turns.run(waits))
+        await asyncio.to_thread(aside.wait, TIMEOUT)
+        await asyncio.wait_for(turns.run(lambda: "meanwhile"), TIMEOUT)
+        back.set()
+        await asyncio.wait_for(waiting, TIMEOUT)
+        queue = turns._turns[loop]
+        while queue.running:  # every job has ended (TIMEOUT bounds the test)
+            await asyncio.sleep(0.01)
+        during = pool.submitted
+        after = await asyncio.wait_for(
+            asyncio.gather(*(turns.run(lambda n=n: n) for n in range(3))), TIMEOUT
+        )
+        return pool.submitted - during, after
+
+    started, answers = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+    assert answers == [0, 1, 2]
+    assert started == 1  # one job for the three: one seat, as before the wait
+
+
+def test_stepping_aside_outside_a_job_changes_nothing():
+    with inturn.aside():
+        assert inturn.waited() == 0.0
+
+
+def test_the_wait_in_the_queue_is_observed_with_the_gate_wait(pool):
+    """plumb_gate_wait_seconds holds the wait behind the call ahead, though it was spent
+    on the event loop and the gate itself was free by the time the call reached it."""
+    turns = InTurn(lambda: pool, jobs=1)
+    gate = RequestGate(1)
+    first_in, first_out = threading.Event(), threading.Event()
+
+    def call(n: int) -> int:
+        with gate.admitted():
+            if n == 0:
+                first_in.set()
+                assert first_out.wait(TIMEOUT)
+        return n
+
+    count_before, sum_before = _gate_waits()
+
+    async def main() -> list[int]:
+        calls = [asyncio.ensure_future(turns.run(call, n)) for n in range(2)]
+        await asyncio.to_thread(first_in.wait, TIMEOUT)
+        await asyncio.sleep(0.3)
+        first_out.set()
+        return await asyncio.wait_for(asyncio.gather(*calls), TIMEOUT)
+
+    assert asyncio.run(main()) == [0, 1]
+    count_after, sum_after = _gate_waits()
+    assert count_after - count_before == 2  # once per call
+    assert sum_after - sum_before >= 0.3  # the second waited that long, in the queue
+
+
+def _gate_waits() -> tuple[float, float]:
+    count = REGISTRY.get_sample_value("plumb_gate_wait_seconds_count") or 0.0
+    return count, REGISTRY.get_sample_value("plumb_gate_wait_seconds_sum") or 0.0

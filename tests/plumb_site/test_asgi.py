@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 
 import plumb_site.asgi as front
 from common import gate as gate_module
-from common import wake
+from common import inturn, wake
 from common.gate import RequestGate
 from mailbox.services import note_leave
 from tests.factories import SessionFactory, WorkspaceFactory
@@ -472,6 +472,53 @@ def test_past_the_parked_bound_a_call_waits_in_its_thread(mailbox, settings):
     poll = asyncio.run(scenario())
 
     assert poll.json()["notes"] == []
+    assert front.parked_calls() == 0
+
+
+def test_past_the_parked_bound_a_call_waiting_in_its_thread_lets_other_calls_through(
+    mailbox, settings, monkeypatch
+):
+    """Behind a gate of one seat, every run takes turns in one job (common/inturn.py).
+
+    A poll past the parked bound waits in its thread: it steps aside, and the
+    note that ends its wait, queued behind it, is let through meanwhile. Set
+    up alike on both databases (PostgreSQL's gate is open by default).
+    """
+    settings.PLUMB_PARKED_POLLS = 0
+    monkeypatch.setattr(gate_module, "_gate", RequestGate(1))
+    monkeypatch.setattr(front, "_in_turn", inturn.InTurn(lambda: front.django_threads, jobs=1))
+    waiting_now = lambda: REGISTRY.get_sample_value("plumb_polls_waiting") or 0  # noqa: E731
+    before = waiting_now()
+
+    async def scenario() -> tuple[Client, Client]:
+        poll = staying()
+        waiting = asyncio.create_task(
+            front.application(
+                authorized("/api/v1/notes/?wait=20", mailbox["bob"].raw_token),
+                poll.receive,
+                poll.send,
+            )
+        )
+        await until(lambda: waiting_now() - before == 1, "the poll waits in its thread")
+        body = json.dumps({"to": "bob", "body": "wake"}).encode()
+        note = Client([(body, False)])
+        request = scope(
+            "POST",
+            "/api/v1/notes/",
+            [
+                ("authorization", f"Bearer {mailbox['alice'].raw_token}"),
+                ("content-type", "application/json"),
+                ("content-length", str(len(body))),
+            ],
+        )
+        await asyncio.wait_for(front.application(request, note.receive, note.send), 10)
+        await asyncio.wait_for(waiting, 10)
+        return poll, note
+
+    poll, note = asyncio.run(scenario())
+
+    assert note.status == 201
+    assert [n["id"] for n in poll.json()["notes"]] == [note.json()["note"]["id"]]
     assert front.parked_calls() == 0
 
 
