@@ -14,6 +14,10 @@ threads per process remain the capacity for idle pollers.
 PostgreSQL does its work in its own processes and a request mostly waits on
 the network and the disk there, so the gate is open by default (0: as many
 requests as there are threads).
+
+Under plumb's server (``plumb_site/asgi.py``) a request waits for its turn on
+the event loop, holding no thread (``common/inturn.py``), and reaches a
+thread when a seat is about to be free; this gate then admits it at once.
 """
 
 from __future__ import annotations
