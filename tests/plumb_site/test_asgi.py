@@ -328,6 +328,13 @@ def staying() -> Client:
     return client
 
 
+def polling(token: str) -> tuple[Client, asyncio.Task]:
+    """A long-poll for notes (wait=20) by a client that stays; call it on the loop."""
+    poll = staying()
+    request = authorized("/api/v1/notes/?wait=20", token)
+    return poll, asyncio.create_task(front.application(request, poll.receive, poll.send))
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_client_that_leaves_while_django_answers_is_answered_and_counted_as_499(monkeypatch):
     django = front._django
@@ -355,14 +362,7 @@ def test_a_client_that_leaves_while_django_answers_is_answered_and_counted_as_49
 
 def test_a_waiting_call_parks_and_its_thread_serves_others_meanwhile(one_thread, mailbox):
     async def scenario() -> tuple[Client, Client]:
-        poll = staying()
-        waiting = asyncio.create_task(
-            front.application(
-                authorized("/api/v1/notes/?wait=20", mailbox["bob"].raw_token),
-                poll.receive,
-                poll.send,
-            )
-        )
+        poll, waiting = polling(mailbox["bob"].raw_token)
         await until(lambda: front.parked_calls() == 1, "the poll parked")
 
         health = Client([(b"", False)])
@@ -410,14 +410,7 @@ def test_a_call_of_the_session_one_too_many_ends_a_parked_one(one_thread, mailbo
 
 def test_a_parked_call_whose_client_leaves_is_let_go_and_counted_as_499(one_thread, mailbox):
     async def scenario() -> Client:
-        poll = staying()
-        waiting = asyncio.create_task(
-            front.application(
-                authorized("/api/v1/notes/?wait=20", mailbox["bob"].raw_token),
-                poll.receive,
-                poll.send,
-            )
-        )
+        poll, waiting = polling(mailbox["bob"].raw_token)
         await until(lambda: front.parked_calls() == 1, "the poll parked")
         poll.leave.set()
         await asyncio.wait_for(waiting, 10)
@@ -491,14 +484,7 @@ def test_past_the_parked_bound_a_call_waiting_in_its_thread_lets_other_calls_thr
     before = waiting_now()
 
     async def scenario() -> tuple[Client, Client]:
-        poll = staying()
-        waiting = asyncio.create_task(
-            front.application(
-                authorized("/api/v1/notes/?wait=20", mailbox["bob"].raw_token),
-                poll.receive,
-                poll.send,
-            )
-        )
+        poll, waiting = polling(mailbox["bob"].raw_token)
         await until(lambda: waiting_now() - before == 1, "the poll waits in its thread")
         body = json.dumps({"to": "bob", "body": "wake"}).encode()
         note = Client([(body, False)])
