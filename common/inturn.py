@@ -23,7 +23,8 @@ it, and a job that finds more jobs running than seats once its call is back
 ends, so the seats are kept. Every run of a call goes through here when the
 gate has seats (SQLite): behind a gate of one seat, calls handed to the pool
 each on its own wake a thread that only queues at the gate, and threads
-waking one another there cost a fifth of the floor's CPU in ``make bench``.
+waking one another there cost about a quarter of the floor's CPU
+(``bench/compare.py``).
 """
 
 from __future__ import annotations
@@ -112,19 +113,13 @@ class _Turns:
                     _current.waited = 0.0
         finally:
             _current.turns = None
-            loop.call_soon_threadsafe(self._ended)
+            loop.call_soon_threadsafe(self._freed)
 
-    def _ended(self) -> None:
+    def _freed(self) -> None:
+        """A job ended, or its call stepped aside: its seat goes to what is queued."""
         self.running -= 1
-        self._fill()
-
-    def _fill(self) -> None:
         if self.queue and self.running < self.jobs:
             self.start()
-
-    def _aside(self) -> None:
-        self.running -= 1
-        self._fill()
 
     def _back(self) -> None:
         self.running += 1
@@ -142,7 +137,7 @@ def aside() -> Iterator[None]:
     if turns is None:
         yield
         return
-    turns.loop.call_soon_threadsafe(turns._aside)
+    turns.loop.call_soon_threadsafe(turns._freed)
     try:
         yield
     finally:
