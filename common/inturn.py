@@ -111,6 +111,7 @@ class _Turns:
                     loop.call_soon_threadsafe(_succeed, answer, result)
                 finally:
                     _current.waited = 0.0
+                pause_point("inturn.answered")  # before the seats are counted again
         finally:
             _current.turns = None
             loop.call_soon_threadsafe(self._freed)

@@ -240,3 +240,59 @@ def test_the_wait_in_the_queue_is_observed_with_the_gate_wait(pool):
 def _gate_waits() -> tuple[float, float]:
     count = REGISTRY.get_sample_value("plumb_gate_wait_seconds_count") or 0.0
     return count, REGISTRY.get_sample_value("plumb_gate_wait_seconds_sum") or 0.0
+
+
+def test_a_job_back_from_stepping_aside_ends_when_it_finds_more_jobs_than_seats(pool):
+    """The call that stepped aside is back and answered; a job took its seat meanwhile.
+
+    The job of the call that came back is held once it has answered, until
+    the loop has counted it back; a call is then queued. That job must end
+    rather than take it: the call waits for the other job, behind the call
+    that job holds.
+    """
+    turns = InTurn(lambda: pool, jobs=1)
+    aside, back, go = threading.Event(), threading.Event(), threading.Event()
+    threads: dict[str, int] = {}
+
+    def waits() -> str:
+        with inturn.aside():
+            aside.set()
+            assert back.wait(TIMEOUT)
+        return "waited"
+
+    def holds() -> str:
+        threads["holder"] = threading.get_ident()
+        assert go.wait(TIMEOUT)
+        return "held"
+
+    def queued() -> str:
+        threads["queued"] = threading.get_ident()
+        return "queued"
+
+    async def main() -> tuple[list[str], bool]:
+        waiting = asyncio.ensure_future(turns.run(waits))
+        await asyncio.to_thread(aside.wait, TIMEOUT)
+        holding = asyncio.ensure_future(turns.run(holds))
+        while "holder" not in threads:  # the second job has its call (TIMEOUT bounds the test)
+            await asyncio.sleep(0.01)
+        with held_at("inturn.answered") as held:
+            back.set()
+            answered = await asyncio.wait_for(waiting, TIMEOUT)  # counted back by now
+            await asyncio.to_thread(held.wait_reached)
+            seats = turns._turns[asyncio.get_running_loop()]
+            assert seats.running == 2
+            last = asyncio.ensure_future(turns.run(queued))
+            await asyncio.sleep(0)  # queued, with both jobs counted
+            held.release()
+            while seats.running == 2 and not last.done():
+                await asyncio.sleep(0.01)
+            ran_before_its_turn = last.done()
+        go.set()
+        results = [answered, await asyncio.wait_for(holding, TIMEOUT)]
+        return [*results, await asyncio.wait_for(last, TIMEOUT)], ran_before_its_turn
+
+    answers, ran_before_its_turn = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+    assert answers == ["waited", "held", "queued"]
+    assert not ran_before_its_turn
+    assert threads["queued"] == threads["holder"]
+    assert pool.submitted == 2
