@@ -166,7 +166,7 @@ def test_a_request_inside_a_transaction_keeps_its_place():
     thread.join(TIMEOUT)
 
 
-def _gate_waits() -> tuple[float, float]:
+def gate_waits() -> tuple[float, float]:
     """(count, sum) of plumb_gate_wait_seconds in this process."""
     count = REGISTRY.get_sample_value("plumb_gate_wait_seconds_count") or 0.0
     return count, REGISTRY.get_sample_value("plumb_gate_wait_seconds_sum") or 0.0
@@ -174,7 +174,7 @@ def _gate_waits() -> tuple[float, float]:
 
 def test_each_admission_and_its_wait_for_a_turn_is_observed():
     gate = RequestGate(1)
-    count_before, sum_before = _gate_waits()
+    count_before, sum_before = gate_waits()
     first, first_in, first_out = enter_in_thread(gate)
     assert first_in.wait(TIMEOUT)
     second, second_in, second_out = enter_in_thread(gate)
@@ -185,18 +185,18 @@ def test_each_admission_and_its_wait_for_a_turn_is_observed():
     first.join(TIMEOUT)
     second.join(TIMEOUT)
 
-    count_after, sum_after = _gate_waits()
+    count_after, sum_after = gate_waits()
     assert count_after - count_before == 2
     assert sum_after - sum_before >= 0.3  # the second waited at least that long
 
 
 def test_an_open_gate_observes_nothing():
-    before = _gate_waits()
+    before = gate_waits()
 
     with RequestGate(0).admitted():
         pass
 
-    assert _gate_waits() == before
+    assert gate_waits() == before
 
 
 def test_the_default_gate_is_one_on_sqlite_and_open_on_postgresql(settings):

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from prometheus_client import REGISTRY
 
 from common import inturn
 from common.gate import RequestGate
 from common.inturn import InTurn
+from tests.common.test_gate import gate_waits
 from tests.races import TIMEOUT, held_at
 
 
@@ -142,18 +143,28 @@ def test_each_event_loop_has_its_own_queue(pool):
     assert asyncio.run(asyncio.wait_for(turns.run(lambda: "two"), TIMEOUT)) == "two"
 
 
-def test_a_call_that_steps_aside_gives_its_seat_to_the_calls_queued_behind_it(pool):
-    """A call waiting in its thread (a poll past the parked bound) holds up no other."""
-    turns = InTurn(lambda: pool, jobs=1)
-    aside, back = threading.Event(), threading.Event()
-    order: list[str] = []
+def stepping_aside(
+    aside: threading.Event, back: threading.Event, order: list[str] | None = None
+) -> Callable[[], str]:
+    """A call that waits in its thread, as a poll past the parked bound does, until ``back``."""
 
     def waits() -> str:
         with inturn.aside():
             aside.set()
             assert back.wait(TIMEOUT)
-        order.append("waiter")
+        if order is not None:
+            order.append("waiter")
         return "waited"
+
+    return waits
+
+
+def test_a_call_that_steps_aside_gives_its_seat_to_the_calls_queued_behind_it(pool):
+    """A call waiting in its thread (a poll past the parked bound) holds up no other."""
+    turns = InTurn(lambda: pool, jobs=1)
+    aside, back = threading.Event(), threading.Event()
+    order: list[str] = []
+    waits = stepping_aside(aside, back, order)
 
     def other() -> str:
         order.append("other")
@@ -175,12 +186,7 @@ def test_seats_given_up_by_stepping_aside_come_back(pool):
     """Once the call that stepped aside is back and done, the jobs are the seats again."""
     turns = InTurn(lambda: pool, jobs=1)
     aside, back = threading.Event(), threading.Event()
-
-    def waits() -> str:
-        with inturn.aside():
-            aside.set()
-            assert back.wait(TIMEOUT)
-        return "waited"
+    waits = stepping_aside(aside, back)
 
     async def main() -> tuple[int, list[str]]:
         loop = asyncio.get_running_loop()
@@ -222,7 +228,7 @@ def test_the_wait_in_the_queue_is_observed_with_the_gate_wait(pool):
                 assert first_out.wait(TIMEOUT)
         return n
 
-    count_before, sum_before = _gate_waits()
+    count_before, sum_before = gate_waits()
 
     async def main() -> list[int]:
         calls = [asyncio.ensure_future(turns.run(call, n)) for n in range(2)]
@@ -232,14 +238,9 @@ def test_the_wait_in_the_queue_is_observed_with_the_gate_wait(pool):
         return await asyncio.wait_for(asyncio.gather(*calls), TIMEOUT)
 
     assert asyncio.run(main()) == [0, 1]
-    count_after, sum_after = _gate_waits()
+    count_after, sum_after = gate_waits()
     assert count_after - count_before == 2  # once per call
     assert sum_after - sum_before >= 0.3  # the second waited that long, in the queue
-
-
-def _gate_waits() -> tuple[float, float]:
-    count = REGISTRY.get_sample_value("plumb_gate_wait_seconds_count") or 0.0
-    return count, REGISTRY.get_sample_value("plumb_gate_wait_seconds_sum") or 0.0
 
 
 def test_a_job_back_from_stepping_aside_ends_when_it_finds_more_jobs_than_seats(pool):
@@ -253,12 +254,7 @@ def test_a_job_back_from_stepping_aside_ends_when_it_finds_more_jobs_than_seats(
     turns = InTurn(lambda: pool, jobs=1)
     aside, back, go = threading.Event(), threading.Event(), threading.Event()
     threads: dict[str, int] = {}
-
-    def waits() -> str:
-        with inturn.aside():
-            aside.set()
-            assert back.wait(TIMEOUT)
-        return "waited"
+    waits = stepping_aside(aside, back)
 
     def holds() -> str:
         threads["holder"] = threading.get_ident()

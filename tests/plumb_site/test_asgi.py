@@ -468,6 +468,11 @@ def test_past_the_parked_bound_a_call_waits_in_its_thread(mailbox, settings):
     assert front.parked_calls() == 0
 
 
+def polls_waiting() -> float:
+    """plumb_polls_waiting in this process."""
+    return REGISTRY.get_sample_value("plumb_polls_waiting") or 0.0
+
+
 def test_past_the_parked_bound_a_call_waiting_in_its_thread_lets_other_calls_through(
     mailbox, settings, monkeypatch
 ):
@@ -480,12 +485,11 @@ def test_past_the_parked_bound_a_call_waiting_in_its_thread_lets_other_calls_thr
     settings.PLUMB_PARKED_POLLS = 0
     monkeypatch.setattr(gate_module, "_gate", RequestGate(1))
     monkeypatch.setattr(front, "_in_turn", inturn.InTurn(lambda: front.django_threads, jobs=1))
-    waiting_now = lambda: REGISTRY.get_sample_value("plumb_polls_waiting") or 0  # noqa: E731
-    before = waiting_now()
+    before = polls_waiting()
 
     async def scenario() -> tuple[Client, Client]:
         poll, waiting = polling(mailbox["bob"].raw_token)
-        await until(lambda: waiting_now() - before == 1, "the poll waits in its thread")
+        await until(lambda: polls_waiting() - before == 1, "the poll waits in its thread")
         body = json.dumps({"to": "bob", "body": "wake"}).encode()
         note = Client([(body, False)])
         request = scope(
