@@ -1,10 +1,15 @@
 """A/B: the main table for two checkouts, side by side, phases interleaved.
 
     .venv/bin/python bench/compare.py /tmp/base /tmp/patched [--only send_busy,read_messages]
+    .venv/bin/python bench/compare.py /tmp/base /tmp/patched --db postgres
+
 
 Each checkout gets its own fresh database and gunicorn; every round runs each
 operation against one server and then the other (alternating who goes
-first), so that a busy moment of the machine hurts both sides alike. Reports
+first), so that a busy moment of the machine hurts both sides alike. With
+``--db postgres`` both sides get a database of their own on one throwaway
+cluster (``scripts/with-postgres``, as ``bench/run.py`` starts it), so that
+they share its server as they share the machine. Reports
 median throughput, p50 and server CPU per operation for each side, and B/A.
 For trying a change before proposing it: put it in a ``git worktree``, never
 in the checkout others work in.
@@ -15,6 +20,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,7 +38,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated operations (floor always)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=1000)
-    parser.add_argument("--db", default="sqlite", choices=["sqlite"])
+    parser.add_argument("--db", default="sqlite", choices=["sqlite", "postgres"])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--b-workers", type=int, help="workers for B (default: --workers)")
@@ -40,6 +47,17 @@ def main() -> int:
     parser.add_argument("--b-active-requests", type=int, help="PLUMB_ACTIVE_REQUESTS for B")
     parser.add_argument("--json", help="write the comparison here too")
     args = parser.parse_args()
+    pg_url = None
+    if args.db == "postgres":
+        pg_url = os.environ.get("BENCH_POSTGRES_URL")
+        if pg_url is None:
+            # One cluster for both sides: run this script again inside the wrapper.
+            wrapper = Path(__file__).resolve().parent.parent / "scripts" / "with-postgres"
+            script = 'BENCH_POSTGRES_URL="$DATABASE_URL" exec "$0" "$@"'
+            return subprocess.call(
+                [str(wrapper), "sh", "-c", script, sys.executable, str(Path(__file__).resolve()),
+                 *sys.argv[1:]],
+            )  # fmt: skip
 
     base = bench.Config(
         app_dir=Path(args.a).resolve(), db=args.db, rounds=args.rounds, clients=8,
@@ -71,7 +89,7 @@ def main() -> int:
             for side, cfg in sides.items():
                 workdir = Path(tmp) / side
                 (workdir / "var").mkdir(parents=True)
-                env, state, queries[side] = bench.prepare_main(cfg, workdir, None, name=side)
+                env, state, queries[side] = bench.prepare_main(cfg, workdir, pg_url, name=side)
                 servers[side] = bench.start_server(cfg, env, workdir, side)
                 clocks[side] = bench.RoundClock()
                 ops[side] = bench.select_ops(
