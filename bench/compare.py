@@ -3,7 +3,6 @@
     .venv/bin/python bench/compare.py /tmp/base /tmp/patched [--only send_busy,read_messages]
     .venv/bin/python bench/compare.py /tmp/base /tmp/patched --db postgres
 
-
 Each checkout gets its own fresh database and gunicorn; every round runs each
 operation against one server and then the other (alternating who goes
 first), so that a busy moment of the machine hurts both sides alike. With
@@ -21,7 +20,6 @@ import argparse
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -51,13 +49,9 @@ def main() -> int:
     if args.db == "postgres":
         pg_url = os.environ.get("BENCH_POSTGRES_URL")
         if pg_url is None:
-            # One cluster for both sides: run this script again inside the wrapper.
-            wrapper = Path(__file__).resolve().parent.parent / "scripts" / "with-postgres"
-            script = 'BENCH_POSTGRES_URL="$DATABASE_URL" exec "$0" "$@"'
-            return subprocess.call(
-                [str(wrapper), "sh", "-c", script, sys.executable, str(Path(__file__).resolve()),
-                 *sys.argv[1:]],
-            )  # fmt: skip
+            # One cluster for both sides: this script again, inside the wrapper.
+            root = Path(__file__).resolve().parent.parent
+            return bench.again_on_postgres(root / "scripts" / "with-postgres", Path(__file__), root)
 
     base = bench.Config(
         app_dir=Path(args.a).resolve(), db=args.db, rounds=args.rounds, clients=8,

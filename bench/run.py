@@ -416,6 +416,19 @@ def run(cfg: Config, pg_url: str | None) -> int:
     return 0
 
 
+def again_on_postgres(wrapper: Path, script: Path, cwd: Path) -> int:
+    """Run ``script`` again, with this run's arguments, inside ``wrapper``'s throwaway cluster.
+
+    The project's wrapper starts the cluster and exports DATABASE_URL for the
+    command it runs; the script finds it as BENCH_POSTGRES_URL.
+    """
+    command = 'BENCH_POSTGRES_URL="$DATABASE_URL" exec "$0" "$@"'
+    return subprocess.call(
+        [str(wrapper), "sh", "-c", command, sys.executable, str(script.resolve()), *sys.argv[1:]],
+        cwd=cwd,
+    )
+
+
 def main() -> int:
     cfg = parse_args()
     if cfg.db == "sqlite":
@@ -424,14 +437,7 @@ def main() -> int:
         return run(cfg, os.environ["BENCH_POSTGRES_URL"])
     wrapper = cfg.app_dir / "scripts" / "with-postgres"
     if wrapper.exists() and os.access(wrapper, os.X_OK) and not os.environ.get("BENCH_OWN_PG"):
-        # The project's wrapper starts a throwaway cluster and exports DATABASE_URL
-        # for the command it runs: run this script again inside it.
-        script = 'BENCH_POSTGRES_URL="$DATABASE_URL" exec "$0" "$@"'
-        return subprocess.call(
-            [str(wrapper), "sh", "-c", script, sys.executable, str(Path(__file__).resolve()),
-             *sys.argv[1:]],
-            cwd=cfg.app_dir,
-        )  # fmt: skip
+        return again_on_postgres(wrapper, Path(__file__), cfg.app_dir)
     with (
         tempfile.TemporaryDirectory(prefix="plumb-bench-pg-") as tmp,
         own_postgres(Path(tmp)) as url,
