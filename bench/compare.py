@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -45,14 +44,15 @@ def main() -> int:
     parser.add_argument("--b-active-requests", type=int, help="PLUMB_ACTIVE_REQUESTS for B")
     parser.add_argument("--json", help="write the comparison here too")
     args = parser.parse_args()
-    pg_url = None
     if args.db == "postgres":
-        pg_url = os.environ.get("BENCH_POSTGRES_URL")
-        if pg_url is None:
-            # One cluster for both sides: this script again, inside the wrapper.
-            root = Path(__file__).resolve().parent.parent
-            return bench.again_on_postgres(root / "scripts" / "with-postgres", Path(__file__), root)
+        # One cluster for both sides.
+        root = Path(__file__).resolve().parent.parent
+        return bench.on_postgres(root, Path(__file__), lambda url: compare(args, url))
+    return compare(args, None)
 
+
+def compare(args: argparse.Namespace, pg_url: str | None) -> int:
+    """A against B on SQLite, or on the PostgreSQL cluster at ``pg_url``."""
     base = bench.Config(
         app_dir=Path(args.a).resolve(), db=args.db, rounds=args.rounds, clients=8,
         requests=args.requests, growth_requests=0, growth_rounds=0, growth_sizes=[],

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -416,33 +417,37 @@ def run(cfg: Config, pg_url: str | None) -> int:
     return 0
 
 
-def again_on_postgres(wrapper: Path, script: Path, cwd: Path) -> int:
-    """Run ``script`` again, with this run's arguments, inside ``wrapper``'s throwaway cluster.
+def on_postgres(app_dir: Path, script: Path, go: Callable[[str], int]) -> int:
+    """``go(url)`` on a PostgreSQL cluster: BENCH_POSTGRES_URL's, else a throwaway one.
 
-    The project's wrapper starts the cluster and exports DATABASE_URL for the
-    command it runs; the script finds it as BENCH_POSTGRES_URL.
+    The throwaway cluster is the one ``app_dir``'s ``scripts/with-postgres``
+    starts: it exports DATABASE_URL for the command it runs, so ``script``
+    runs again inside it, with this run's arguments, and finds that URL as
+    BENCH_POSTGRES_URL. Without the wrapper (or with BENCH_OWN_PG set) the
+    bench starts one itself (``own_postgres``).
     """
-    command = 'BENCH_POSTGRES_URL="$DATABASE_URL" exec "$0" "$@"'
-    return subprocess.call(
-        [str(wrapper), "sh", "-c", command, sys.executable, str(script.resolve()), *sys.argv[1:]],
-        cwd=cwd,
-    )
+    if os.environ.get("BENCH_POSTGRES_URL"):
+        return go(os.environ["BENCH_POSTGRES_URL"])
+    wrapper = app_dir / "scripts" / "with-postgres"
+    if wrapper.exists() and os.access(wrapper, os.X_OK) and not os.environ.get("BENCH_OWN_PG"):
+        command = 'BENCH_POSTGRES_URL="$DATABASE_URL" exec "$0" "$@"'
+        return subprocess.call(
+            [str(wrapper), "sh", "-c", command, sys.executable, str(script.resolve()),
+             *sys.argv[1:]],
+            cwd=app_dir,
+        )  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory(prefix="plumb-bench-pg-") as tmp,
+        own_postgres(Path(tmp)) as url,
+    ):
+        return go(url)
 
 
 def main() -> int:
     cfg = parse_args()
     if cfg.db == "sqlite":
         return run(cfg, None)
-    if os.environ.get("BENCH_POSTGRES_URL"):
-        return run(cfg, os.environ["BENCH_POSTGRES_URL"])
-    wrapper = cfg.app_dir / "scripts" / "with-postgres"
-    if wrapper.exists() and os.access(wrapper, os.X_OK) and not os.environ.get("BENCH_OWN_PG"):
-        return again_on_postgres(wrapper, Path(__file__), cfg.app_dir)
-    with (
-        tempfile.TemporaryDirectory(prefix="plumb-bench-pg-") as tmp,
-        own_postgres(Path(tmp)) as url,
-    ):
-        return run(cfg, url)
+    return on_postgres(cfg.app_dir, Path(__file__), lambda url: run(cfg, url))
 
 
 if __name__ == "__main__":
