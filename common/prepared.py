@@ -39,6 +39,10 @@ from django.db.models import (
     SmallIntegerField,
     TextField,
 )
+from django.db.models.base import ModelState
+from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
+from django.db.models.query_utils import DeferredAttribute
+from django.db.models.signals import post_init, pre_init
 
 # Far outside any id, count or seq that plumb stores, so that a sentinel is
 # never confused with a constant of the query itself.
@@ -167,9 +171,9 @@ class _LoadPlan:
         names = concrete_attnames(model)
         self.columns: list[str] = list(names)
         self._base = (model, names, len(names))
-        # (path, model, its column names, first column, parent path, attribute
-        # of the parent that holds it, or the attribute of it that holds the parent)
-        self._steps: list[tuple[str, type[Model], tuple[str, ...], int, str, str, str]] = []
+        # (path, model, its column names, first column, parent path, how it is
+        # linked to its parent)
+        self._steps: list[tuple[str, type[Model], tuple[str, ...], int, str, _Link]] = []
         models = {"": model}
         for full in related:
             parts = full.split("__")
@@ -181,31 +185,96 @@ class _LoadPlan:
                 relation = models[parent]._meta.get_field(parts[depth - 1])
                 target = relation.related_model
                 target_names = concrete_attnames(target)
-                if relation.one_to_many:
-                    # A reverse foreign key's row points back at its parent.
-                    down, up = "", relation.field.name
-                else:
-                    down, up = parts[depth - 1], ""
                 self._steps.append(
-                    (path, target, target_names, len(self.columns), parent, down, up)
+                    (path, target, target_names, len(self.columns), parent, _linker(relation))
                 )
                 models[path] = target
                 self.columns.extend(f"{path}__{name}" for name in target_names)
 
     def load(self, row: Sequence[Any], using: str) -> dict[str, Any]:
         model, names, end = self._base
-        objects: dict[str, Any] = {"": model.from_db(using, names, row[:end])}
-        for path, model, names, start, parent_path, down, up in self._steps:
-            instance = model.from_db(using, names, row[start : start + len(names)])
+        objects: dict[str, Any] = {"": from_db(model, using, names, row[:end])}
+        for path, model, names, start, parent_path, link in self._steps:
+            instance = from_db(model, using, names, row[start : start + len(names)])
             if instance.pk is None:
                 instance = None  # an outer join found no row: a null foreign key
             parent = objects[parent_path]
-            if parent is not None and down:
-                setattr(parent, down, instance)
-            elif parent is not None and instance is not None:
-                setattr(instance, up, parent)
+            if parent is not None:
+                link(parent, instance)
             objects[path] = instance
         return objects
+
+
+_Link = Callable[[Model, "Model | None"], None]
+
+
+def _linker(relation: Any) -> _Link:
+    """How a related row is attached to its parent, as ``select_related`` attaches it.
+
+    Into the relations' caches (``set_cached_value``), both ways for a
+    one-to-one, as Django's own ``select_related`` does, rather than by
+    assigning the attribute: that re-checks the class and asks the database
+    routers, about a microsecond and a half each time, for a pair the row
+    itself joined.
+    """
+    if relation.one_to_many:  # a reverse foreign key: its row points back at its parent
+        back = relation.field
+
+        def up(parent: Model, instance: Model | None) -> None:
+            if instance is not None:
+                back.set_cached_value(instance, parent)
+
+        return up
+    if not (relation.many_to_one or relation.one_to_one):
+        raise ValueError(f"{relation.name}: only a foreign key or a one-to-one loads with its row")
+    # The other side of a one-to-one: the reverse relation of a forward one, or the
+    # forward field of a reverse one (``OneToOneRel.field``).
+    other = None
+    if relation.one_to_one:
+        other = relation.field if relation.auto_created else relation.remote_field
+
+    def down(parent: Model, instance: Model | None) -> None:
+        relation.set_cached_value(parent, instance)
+        if other is not None and instance is not None:
+            other.set_cached_value(instance, parent)
+
+    return down
+
+
+@functools.cache
+def _plain(model: type[Model]) -> bool:
+    """Whether making ``model`` from a whole row is only storing its values.
+
+    ``Model.__init__`` with every column given sends ``pre_init`` and
+    ``post_init`` and assigns each value to its attribute; for a model of
+    Django's own ``__init__`` whose columns are plain attributes (no
+    descriptor that acts on assignment), storing the values is all that
+    assigning does.
+    """
+    return model.__init__ is Model.__init__ and all(
+        type(getattr(model, name, None)) in (DeferredAttribute, ForeignKeyDeferredAttribute)
+        for name in concrete_attnames(model)
+    )
+
+
+def from_db(model: type[Model], using: str, names: Sequence[str], values: Sequence[Any]) -> Model:
+    """``model.from_db(using, names, values)`` for a whole row, at a quarter of its cost.
+
+    Without ``Model.__init__`` when nothing listens for a model being made
+    and the model is ``_plain``; else Django's own. ``names`` are the
+    model's ``concrete_attnames``, one value each. Leans on how Django keeps
+    a loaded instance (its values in ``__dict__``, a ``ModelState`` not
+    being added, of database ``using``): ``tests/common/test_prepared.py``
+    compares the two for every model.
+    """
+    if pre_init.receivers or post_init.receivers or not _plain(model):
+        return model.from_db(using, names, values)
+    instance = object.__new__(model)
+    instance.__dict__.update(zip(names, values, strict=True))
+    state = instance._state = ModelState()
+    state.adding = False
+    state.db = using
+    return instance
 
 
 def _connection_of(using: str, cursor) -> Any:
@@ -237,7 +306,7 @@ def instances_from_row(row: Sequence[Any], *models: type[Model], using: str = "d
     instances = []
     for model in models:
         names = concrete_attnames(model)
-        instances.append(model.from_db(using, names, row[start : start + len(names)]))
+        instances.append(from_db(model, using, names, row[start : start + len(names)]))
         start += len(names)
     return instances
 

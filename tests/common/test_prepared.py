@@ -6,8 +6,10 @@ from datetime import UTC, datetime, timedelta, timezone
 from types import NoneType
 
 import pytest
+from django.apps import apps
 from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import CharField, Count, DateTimeField, F, Q
+from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
 from common.prepared import (
@@ -19,10 +21,12 @@ from common.prepared import (
     _adapters,
     _as_is_types,
     _connection_of,
+    _plain,
     concrete_attnames,
+    from_db,
     instances_from_row,
 )
-from mailbox.models import AgentName, Session
+from mailbox.models import AgentName, McpSession, Session
 from rooms.models import Event, Member, Message
 from rooms.services import room_create
 from tests.factories import ProjectKeyFactory, SessionFactory
@@ -158,6 +162,110 @@ def test_a_null_foreign_key_loads_as_none_and_a_reverse_row_points_back(sessions
     assert found[""].project_key is None
     assert found["workspace__project__keys"].pk == key.pk
     assert found["workspace__project__keys"].project is found["workspace__project"]
+
+
+def test_a_one_to_one_comes_wired_both_ways_from_either_side(sessions):
+    session = sessions[0]
+    mcp = McpSession.objects.create(session=session)
+    forward = PreparedObjects(
+        lambda pk: McpSession.objects.filter(pk=pk), params=["pk"], related=["session"]
+    )
+    reverse = PreparedObjects(
+        lambda pk: Session.objects.filter(pk=pk), params=["pk"], related=["mcp_session"]
+    )
+
+    with CaptureQueriesContext(connection) as queries:
+        by_mcp = forward.first(pk=mcp.pk)
+        by_session = reverse.first(pk=session.pk)
+        without = reverse.first(pk=sessions[1].pk)[""]
+        assert by_mcp[""].session is by_mcp["session"]
+        assert by_mcp["session"].mcp_session is by_mcp[""]
+        assert by_session[""].mcp_session is by_session["mcp_session"]
+        assert by_session["mcp_session"].session is by_session[""]
+        with pytest.raises(Session.mcp_session.RelatedObjectDoesNotExist):
+            without.mcp_session  # noqa: B018 - the cached "none", as select_related leaves it
+
+    assert len(queries) == 3  # one per load: every related row came with its own
+    assert by_mcp["session"].pk == session.pk
+    assert by_session["mcp_session"].pk == mcp.pk
+
+
+# from_db leans on how Django keeps a loaded instance; these pin it, for every model.
+_MODELS = apps.get_models()
+
+
+@pytest.mark.parametrize("model", _MODELS, ids=[m._meta.label for m in _MODELS])
+def test_an_instance_made_from_a_row_is_the_one_django_makes(model):
+    names = concrete_attnames(model)
+    values = [object() for _ in names]
+
+    ours = from_db(model, "other", names, values)
+    djangos = model.from_db("other", names, values)
+
+    assert type(ours) is model
+    assert vars(ours).keys() == vars(djangos).keys()
+    for name in names:
+        assert getattr(ours, name) is getattr(djangos, name)
+    assert (ours._state.adding, ours._state.db, ours._state.fields_cache) == (False, "other", {})
+    assert (djangos._state.adding, djangos._state.db, djangos._state.fields_cache) == (
+        False,
+        "other",
+        {},
+    )
+
+
+def test_every_model_of_plumb_is_made_the_short_way():
+    ours = [m for m in _MODELS if m._meta.app_label in ("mailbox", "rooms")]
+
+    assert ours
+    assert [m._meta.label for m in ours if not _plain(m)] == []
+
+
+def test_a_listener_for_models_being_made_still_hears_of_them():
+    names = concrete_attnames(AgentName)
+    heard = []
+
+    def listener(sender, instance, **kwargs):
+        heard.append(instance)
+
+    post_init.connect(listener, sender=AgentName)
+    try:
+        made = from_db(AgentName, "default", names, [object() for _ in names])
+    finally:
+        post_init.disconnect(listener, sender=AgentName)
+
+    assert len(heard) == 1
+    assert heard[0] is made
+
+
+def test_a_model_of_its_own_init_or_with_a_column_that_acts_is_made_by_django(monkeypatch):
+    names = concrete_attnames(AgentName)
+    made = []
+
+    def own_init(self, *args, **kwargs):
+        made.append(args)
+        super(AgentName, self).__init__(*args, **kwargs)
+
+    def ways():
+        _plain.cache_clear()
+        try:
+            return _plain(AgentName)
+        finally:
+            _plain.cache_clear()
+
+    assert ways()
+    with monkeypatch.context() as patched:
+        patched.setattr(AgentName, "__init__", own_init)
+        assert not ways()
+        _plain.cache_clear()
+        try:
+            from_db(AgentName, "default", names, list(range(len(names))))
+        finally:
+            _plain.cache_clear()
+        assert made == [tuple(range(len(names)))]
+    with monkeypatch.context() as patched:
+        patched.setattr(AgentName, "handle", property(lambda self: "", lambda self, value: None))
+        assert not ways()
 
 
 def test_objects_keep_an_explicit_order_and_drop_the_models_default(sessions):
