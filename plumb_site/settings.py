@@ -289,7 +289,7 @@ PLUMB_PUBLIC_URL = env_url("PLUMB_PUBLIC_URL")
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["mailbox.api.auth.SessionTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["mailbox.api.auth.IsAgentSession"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["common.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["common.parsers.StrictJSONParser"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "common.negotiation.JSONOnlyNegotiation",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
