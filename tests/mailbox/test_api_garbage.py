@@ -10,9 +10,6 @@ in circles of its own), and the collector is asked what it found.
 from __future__ import annotations
 
 import gc
-import io
-import json
-import sys
 
 import pytest
 from django.core import signals
@@ -22,8 +19,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mailbox.services import note_leave
-from plumb_site.wsgi import application
 from rooms.services import room_create, room_join
+from tests.common.test_gate import call  # through the WSGI application, as a server calls it
 from tests.factories import SessionFactory
 
 pytestmark = pytest.mark.django_db
@@ -51,41 +48,12 @@ def pair(workspace):
     return alice, bob
 
 
-def _call(method: str, path: str, token: str, body: dict | None = None) -> int:
-    """One call through the WSGI application, its answer read and closed as a server does."""
-    payload = json.dumps(body).encode() if body is not None else b""
-    path, _, query = path.partition("?")
-    environ = {
-        "REQUEST_METHOD": method,
-        "PATH_INFO": path,
-        "QUERY_STRING": query,
-        "SERVER_NAME": "testserver",
-        "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "REMOTE_ADDR": "127.0.0.1",
-        "HTTP_HOST": "testserver",
-        "HTTP_AUTHORIZATION": f"Bearer {token}",
-        "CONTENT_TYPE": "application/json",
-        "CONTENT_LENGTH": str(len(payload)),
-        "wsgi.input": io.BytesIO(payload),
-        "wsgi.errors": sys.stderr,
-        "wsgi.url_scheme": "http",
-    }
-    started = []
-    answer = application(environ, lambda status, headers, exc_info=None: started.append(status))
-    try:
-        b"".join(answer)
-    finally:
-        answer.close()
-    return int(started[0].split()[0])
-
-
-def _left_in_circles(call) -> tuple[int, list[str]]:
-    """The status of ``call()``, and the API objects the collector found unreachable after it."""
+def _left_in_circles(run) -> tuple[int, list[str]]:
+    """The status ``run()`` answered with, and the API objects the collector found after it."""
     gc.collect()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
-        status = call()
+        status = run()[0]
         gc.collect()
         found = sorted(
             type(o).__qualname__
@@ -112,9 +80,9 @@ def _left_in_circles(call) -> tuple[int, list[str]]:
 )
 def test_a_call_leaves_no_circles(pair, method, path, body, expected):
     bob = pair[1]
-    _call("GET", "/api/v1/sessions/current/", bob.raw_token)  # the first call imports and caches
+    call("GET", "/api/v1/sessions/current/", bob.raw_token)  # the first call imports and caches
 
-    status, found = _left_in_circles(lambda: _call(method, path, bob.raw_token, body))
+    status, found = _left_in_circles(lambda: call(method, path, bob.raw_token, body))
 
     assert status == expected
     assert found == []
@@ -122,7 +90,7 @@ def test_a_call_leaves_no_circles(pair, method, path, body, expected):
 
 def test_a_refused_credential_leaves_no_circles(pair):
     status, found = _left_in_circles(
-        lambda: _call("GET", "/api/v1/sessions/current/", "plumb_tok_nothing0_" + "x" * 43)
+        lambda: call("GET", "/api/v1/sessions/current/", "plumb_tok_nothing0_" + "x" * 43)
     )
 
     assert status == 401
