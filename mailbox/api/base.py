@@ -105,8 +105,8 @@ def _let_go(response: Response) -> None:
     The view holds its request and its answer, and each of them holds the
     view in its context (the request, and the answer, themselves too);
     Django's ``View.setup`` gives a view with ``get`` a ``head`` of its own,
-    a method bound to it. In circles, each request's objects waited for the
-    cyclic garbage collector, whose collections took 20 to 30 µs a request,
+    a method bound to it. Left in circles, a request's objects wait for the
+    cyclic garbage collector, whose collections take 20 to 30 µs a request,
     more than a twentieth of the cheapest (``tests/mailbox/test_api_garbage.py``
     shows none are left). Out of them, they go as the request ends. Nothing
     reads these after rendering: the middleware sees Django's request and the
