@@ -205,7 +205,7 @@ class _LoadPlan:
         return objects
 
 
-_Link = Callable[[Model, "Model | None"], None]
+_Link = Callable[[Model, Model | None], None]
 
 
 def _linker(relation: Any) -> _Link:

@@ -1,9 +1,11 @@
+import contextlib
 import json
 import re
 
 import pytest
+from django.core import signals
 from django.core.cache import cache
-from django.db import connection
+from django.db import close_old_connections, connection
 from rest_framework.test import APIClient
 
 from tests import throwaway
@@ -132,3 +134,20 @@ def pytest_collection_modifyitems(config, items):
     if handed:
         config.hook.pytest_deselected(items=handed)
         items[:] = [item for item in items if not item.get_closest_marker("postgresql")]
+
+
+@contextlib.contextmanager
+def connection_kept():
+    """Requests made inside keep the test's connection, as Django's test client's do.
+
+    Django closes the connection at the start and end of each request when it
+    is not in autocommit mode, as inside a test's transaction; its test client
+    unhooks the same handler for the same reason.
+    """
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    try:
+        yield
+    finally:
+        signals.request_started.connect(close_old_connections)
+        signals.request_finished.connect(close_old_connections)

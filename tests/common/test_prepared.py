@@ -238,7 +238,14 @@ def test_a_listener_for_models_being_made_still_hears_of_them():
     assert heard[0] is made
 
 
-def test_a_model_of_its_own_init_or_with_a_column_that_acts_is_made_by_django(monkeypatch):
+@pytest.fixture
+def patched(monkeypatch):
+    """``monkeypatch`` for a model; what ``_plain`` remembered goes before the patches do."""
+    yield monkeypatch
+    _plain.cache_clear()
+
+
+def test_a_model_of_its_own_init_is_made_by_django(patched):
     names = concrete_attnames(AgentName)
     made = []
 
@@ -246,26 +253,19 @@ def test_a_model_of_its_own_init_or_with_a_column_that_acts_is_made_by_django(mo
         made.append(args)
         super(AgentName, self).__init__(*args, **kwargs)
 
-    def ways():
-        _plain.cache_clear()
-        try:
-            return _plain(AgentName)
-        finally:
-            _plain.cache_clear()
+    patched.setattr(AgentName, "__init__", own_init)
+    _plain.cache_clear()
 
-    assert ways()
-    with monkeypatch.context() as patched:
-        patched.setattr(AgentName, "__init__", own_init)
-        assert not ways()
-        _plain.cache_clear()
-        try:
-            from_db(AgentName, "default", names, list(range(len(names))))
-        finally:
-            _plain.cache_clear()
-        assert made == [tuple(range(len(names)))]
-    with monkeypatch.context() as patched:
-        patched.setattr(AgentName, "handle", property(lambda self: "", lambda self, value: None))
-        assert not ways()
+    assert not _plain(AgentName)
+    from_db(AgentName, "default", names, list(range(len(names))))
+    assert made == [tuple(range(len(names)))]
+
+
+def test_a_model_with_a_column_that_acts_on_assignment_is_made_by_django(patched):
+    patched.setattr(AgentName, "handle", property(lambda self: "", lambda self, value: None))
+    _plain.cache_clear()
+
+    assert not _plain(AgentName)
 
 
 def test_objects_keep_an_explicit_order_and_drop_the_models_default(sessions):

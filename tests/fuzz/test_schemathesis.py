@@ -25,8 +25,6 @@ from collections import Counter
 import hypothesis
 import pytest
 import schemathesis
-from django.core import signals
-from django.db import close_old_connections
 from hypothesis import HealthCheck
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -38,6 +36,7 @@ from schemathesis.specs.openapi.checks import (
 
 import mailbox.wakeups
 from plumb_site.wsgi import application
+from tests.conftest import connection_kept
 from tests.factories import SessionFactory
 
 # Loaded at collection, so that each operation is a test of its own. The schema
@@ -172,16 +171,8 @@ def _token(case, world: dict) -> str:
 def test_every_response_is_documented_and_no_input_makes_a_server_error(case, world):
     world["operation"] = case.operation.label
     token = _token(case, world)
-    # Django closes the connection at the start and end of each request when it
-    # is not in autocommit mode, as inside this test's transaction; its test
-    # client unhooks the same handler for the same reason.
-    signals.request_started.disconnect(close_old_connections)
-    signals.request_finished.disconnect(close_old_connections)
-    try:
+    with connection_kept():
         response = case.call(headers={"Authorization": f"Bearer {token}"})
-    finally:
-        signals.request_started.connect(close_old_connections)
-        signals.request_finished.connect(close_old_connections)
     if case.method == case.operation.method.upper():
         # Not the coverage phase's probes with other methods (405, or OPTIONS).
         world["statuses"][response.status_code] += 1

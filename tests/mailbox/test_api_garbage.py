@@ -12,8 +12,6 @@ from __future__ import annotations
 import gc
 
 import pytest
-from django.core import signals
-from django.db import close_old_connections
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -21,6 +19,7 @@ from rest_framework.views import APIView
 from mailbox.services import note_leave
 from rooms.services import room_create, room_join
 from tests.common.test_gate import call  # through the WSGI application, as a server calls it
+from tests.conftest import connection_kept
 from tests.factories import SessionFactory
 
 pytestmark = pytest.mark.django_db
@@ -28,14 +27,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _connection_kept():
-    """As Django's test client does: the test's transaction outlives each call."""
-    signals.request_started.disconnect(close_old_connections)
-    signals.request_finished.disconnect(close_old_connections)
-    try:
+    """The test's transaction outlives each call."""
+    with connection_kept():
         yield
-    finally:
-        signals.request_started.connect(close_old_connections)
-        signals.request_finished.connect(close_old_connections)
 
 
 @pytest.fixture
