@@ -55,6 +55,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.sqlite3 import base, creation
 
 from common import metrics
+from plumb_site.sqlite.operations import DatabaseOperations
 
 # Longest sleep between two looks at the lock file when no wake-up came.
 _NAP_SECONDS = 0.005
@@ -247,6 +248,7 @@ class CursorWrapper(base.SQLiteCursorWrapper):
 
 class DatabaseWrapper(base.DatabaseWrapper):
     creation_class = DatabaseCreation
+    ops_class = DatabaseOperations
     _queued: tuple[WriterQueue, bool, bool] | None = None
 
     def get_connection_params(self):
