@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 from types import NoneType
 
 import pytest
 from django.apps import apps
 from django.db import IntegrityError, connection, connections, transaction
-from django.db.models import CharField, Count, DateTimeField, F, Q
+from django.db.models import CharField, Count, DateTimeField, F, JSONField, Q
 from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
@@ -21,6 +22,7 @@ from common.prepared import (
     _adapters,
     _as_is_types,
     _connection_of,
+    _faster,
     _plain,
     concrete_attnames,
     from_db,
@@ -565,3 +567,61 @@ def test_a_django_cursor_holds_the_connection_it_was_opened_on(db):
     with CaptureQueriesContext(connection), connection.cursor() as cursor:
         assert cursor.db is connections["default"]
     assert _connection_of("default", None) is connections["default"]
+
+
+def _json_columns(room_id):
+    return (
+        Message.objects.filter(room_id=room_id)
+        .order_by("seq")
+        .values_list("mentions", "send_report")
+    )
+
+
+def test_json_columns_read_as_the_orm_reads_them(sessions):
+    room = room_create(sessions[0], slug="lab").room
+    documents = [
+        ([], {}),
+        ([{"handle": "ann", "name": "Ann"}], {"unseen_before_send": 3, "a": [1.5, None, True]}),
+        (["é \u2028"], {"big": 2**70, "a": 1, "b": 2}),  # past 64 bits: json's reading
+    ]
+    for seq, (mentions, report) in enumerate(documents, start=2):
+        Message.objects.create(
+            room=room, seq=seq, ordinal=seq, author=sessions[0].name, body="b",
+            mentions=mentions, send_report=report,
+        )  # fmt: skip
+
+    rows = Prepared(_json_columns, params=["room_id"]).rows(room_id=room.pk)
+
+    orm = [list(row) for row in _json_columns(room.pk)]
+    assert [[repr(v) for v in row] for row in rows] == [[repr(v) for v in row] for row in orm]
+    assert rows[2][1]["big"] == 2**70
+
+
+def test_only_a_plain_json_columns_converter_is_replaced(db):
+    plain = Message._meta.get_field("mentions")
+    decoded = JSONField(decoder=json.JSONDecoder)
+    decoded.set_attributes_from_name("decoded")
+
+    class OwnField(JSONField):
+        pass
+
+    own = OwnField()
+    own.set_attributes_from_name("own")
+
+    faster = _faster(plain.from_db_value)
+    assert faster is not plain.from_db_value
+    assert _faster(decoded.from_db_value) == decoded.from_db_value
+    assert _faster(own.from_db_value) == own.from_db_value
+    assert _faster(connection.ops.convert_datetimefield_value) == (
+        connection.ops.convert_datetimefield_value
+    )
+    # Django's answers where the text is not JSON or the value is not text.
+    for value in ("not json", None, 5, b"[1]"):
+        assert _answer(faster, value) == _answer(plain.from_db_value, value)
+
+
+def _answer(convert, value):
+    try:
+        return repr(convert(value, None, connection))
+    except TypeError as error:  # json.loads(5): Django's converter lets it through
+        return str(error)
