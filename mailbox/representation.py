@@ -16,10 +16,20 @@ from rest_framework.settings import api_settings
 from common.limits import SYSTEM_NAME
 from mailbox.models import AuthorKind, Note
 
+_ISO_MICROSECONDS_Z = "%Y-%m-%dT%H:%M:%S.%fZ"  # plumb's DATETIME_FORMAT
+
 
 def timestamp(value: datetime) -> str:
-    """DRF's DateTimeField output here (TIME_ZONE is UTC), minus its time-zone lookup."""
-    return value.astimezone(UTC).strftime(api_settings.DATETIME_FORMAT)
+    """DRF's DateTimeField output here (TIME_ZONE is UTC), minus its time-zone lookup.
+
+    A UTC value in plumb's format is ``isoformat``'s text with ``Z`` for its
+    offset, in half of ``strftime``'s time: a page of 50 events writes 100.
+    ``isoformat`` pads a year before 1000 where ``strftime`` does not.
+    """
+    wanted = api_settings.DATETIME_FORMAT
+    if wanted == _ISO_MICROSECONDS_Z and value.tzinfo is UTC and value.year >= 1000:
+        return value.isoformat(timespec="microseconds")[:-6] + "Z"
+    return value.astimezone(UTC).strftime(wanted)
 
 
 class NoteSenderSerializer(serializers.Serializer):

@@ -10,8 +10,12 @@ message (hidden), of a member (muted) and of the room (locked, unlocked).
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
+import hypothesis
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 
@@ -161,7 +165,33 @@ def test_a_sent_message_renders_like_the_stored_one(general, bob):
         datetime(2026, 3, 1, 12, 0, 0, 7, tzinfo=UTC),
         datetime(2026, 3, 1, 1, 30, 0, 123456, tzinfo=timezone(timedelta(hours=5))),
         datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-8))),
+        datetime(999, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+        datetime(1000, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(2026, 3, 1, 12, 0, 0, tzinfo=ZoneInfo("UTC")),
     ],
 )
 def test_timestamps_are_formatted_as_drfs_datetime_field_does(when):
     assert timestamp(when) == serializers.DateTimeField().to_representation(when)
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@given(
+    when=st.datetimes(
+        min_value=datetime(1, 1, 2),  # noqa: DTZ001 - hypothesis adds the zone
+        timezones=st.sampled_from([UTC, ZoneInfo("UTC"), timezone(timedelta(hours=-3))]),
+    )
+)
+def test_any_timestamp_is_formatted_as_drfs_datetime_field_does(when):
+    assert timestamp(when) == serializers.DateTimeField().to_representation(when)
+
+
+def test_another_datetime_format_is_drfs_too(settings):
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DATETIME_FORMAT": "%Y-%m-%d %H:%M"}
+    when = datetime(2026, 3, 1, 12, 0, 0, 7, tzinfo=UTC)
+
+    assert (
+        timestamp(when)
+        == serializers.DateTimeField().to_representation(when)
+        == ("2026-03-01 12:00")
+    )
