@@ -84,13 +84,16 @@ class Prepared:
         missing = set(self._names) - {name for is_slot, name in slots if is_slot}
         if missing:
             raise ValueError(f"parameters not found in the compiled query: {sorted(missing)}")
-        converters = [
-            (position, ([_faster(convert) for convert in functions], expression))
+        # One step per converter, a column's in the ORM's order: each takes
+        # what the one before it gave.
+        steps = [
+            (position, _faster(convert), expression)
             for position, (functions, expression) in compiler.get_converters(
                 [col for col, _, _ in compiler.select]
             ).items()
+            for convert in functions
         ]
-        return sql, slots, converters
+        return sql, slots, steps
 
     def rows(self, using: str = "default", cursor=None, **values: Any) -> list[list[Any]]:
         """The rows for ``values``; on ``cursor`` if given (one of ``using``), else a new one."""
@@ -99,7 +102,7 @@ class Prepared:
             with self._lock:
                 compiled = self._compiled.get(using) or self._compile(using)
                 self._compiled[using] = compiled
-        sql, slots, converters = compiled
+        sql, slots, steps = compiled
         params = [values[value] if is_slot else value for is_slot, value in slots]
         connection = _connection_of(using, cursor)
         if cursor is None:
@@ -112,11 +115,8 @@ class Prepared:
         rows = []
         for raw in fetched:
             row = list(raw)
-            for position, (functions, expression) in converters:
-                value = row[position]
-                for convert in functions:
-                    value = convert(value, expression, connection)
-                row[position] = value
+            for position, convert, expression in steps:
+                row[position] = convert(row[position], expression, connection)
             rows.append(row)
         return rows
 
