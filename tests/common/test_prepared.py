@@ -612,8 +612,8 @@ def test_only_a_plain_json_columns_converter_is_replaced(db):
     assert faster is not plain.from_db_value
     assert _faster(decoded.from_db_value) == decoded.from_db_value
     assert _faster(own.from_db_value) == own.from_db_value
-    assert _faster(connection.ops.convert_datetimefield_value) == (
-        connection.ops.convert_datetimefield_value
+    assert _faster(connection.ops.convert_durationfield_value) == (
+        connection.ops.convert_durationfield_value
     )
     # Django's answers where the text is not JSON or the value is not text.
     for value in ("not json", None, 5, b"[1]"):
