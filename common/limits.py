@@ -1,4 +1,4 @@
-"""Every length limit and pattern plumb enforces, defined once.
+"""Every length limit, pattern and format plumb enforces, defined once.
 
 Models, input serializers, the MCP tool schemas, URL patterns and services
 all read them from here, so the database column, the REST field, the
@@ -6,6 +6,11 @@ published JSON Schema and the service check can never disagree.
 """
 
 from __future__ import annotations
+
+# --- times --------------------------------------------------------------------------
+# How the API writes a time (SPEC §2: ISO 8601 UTC): DRF's DATETIME_FORMAT, and
+# the form mailbox.representation.timestamp writes without strftime.
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 # --- names ---------------------------------------------------------------------------
 NAME_MAX = 64  # slugs of projects, workspaces and rooms; agent handles

@@ -13,10 +13,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
-from common.limits import SYSTEM_NAME
+from common.limits import SYSTEM_NAME, TIMESTAMP_FORMAT
 from mailbox.models import AuthorKind, Note
-
-_ISO_MICROSECONDS_Z = "%Y-%m-%dT%H:%M:%S.%fZ"  # plumb's DATETIME_FORMAT
 
 
 def timestamp(value: datetime) -> str:
@@ -27,7 +25,7 @@ def timestamp(value: datetime) -> str:
     ``isoformat`` pads a year before 1000 where ``strftime`` does not.
     """
     wanted = api_settings.DATETIME_FORMAT
-    if wanted == _ISO_MICROSECONDS_Z and value.tzinfo is UTC and value.year >= 1000:
+    if wanted == TIMESTAMP_FORMAT and value.tzinfo is UTC and value.year >= 1000:
         return value.isoformat(timespec="microseconds")[:-6] + "Z"
     return value.astimezone(UTC).strftime(wanted)
 

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from common.limits import PUBLIC_URL_MESSAGE, PUBLIC_URL_PATTERN
+from common.limits import PUBLIC_URL_MESSAGE, PUBLIC_URL_PATTERN, TIMESTAMP_FORMAT
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PLUMB_VAR_DIR", BASE_DIR / "var"))
@@ -299,7 +299,7 @@ REST_FRAMEWORK = {
     # No OPTIONS metadata: it is undocumented, so it answers 405 like any other.
     "DEFAULT_METADATA_CLASS": None,
     "UNAUTHENTICATED_USER": None,
-    "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
+    "DATETIME_FORMAT": TIMESTAMP_FORMAT,
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 

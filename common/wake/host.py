@@ -71,8 +71,8 @@ def wake_dir() -> Path:
 def _scanned(var_dir: str | os.PathLike) -> str:
     """``wake_dir()`` as text, for the scan at every commit.
 
-    Keyed by ``VAR_DIR``, which tests change; building the ``Path`` anew was
-    4% of a send's bytecode.
+    Keyed by ``VAR_DIR``, which tests change; building a ``Path`` at each
+    commit would be 4% of a send's bytecode.
     """
     return os.path.join(var_dir, "wake")
 
