@@ -10,6 +10,7 @@ import datetime
 import zoneinfo
 
 import pytest
+from django.db import connection
 from django.db.backends.sqlite3.operations import DatabaseOperations as DjangoOperations
 from django.test import override_settings
 
@@ -18,6 +19,7 @@ from tests.plumb_site.sqlite_queue import _wrapper
 
 UTC = datetime.UTC
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
+ZONEINFO_UTC = zoneinfo.ZoneInfo("UTC")  # UTC, but not datetime.UTC
 NAIVE = datetime.datetime(2026, 12, 3, 12, 31, 38)  # noqa: DTZ001 - naive on purpose
 
 STORED = [
@@ -39,9 +41,7 @@ GIVEN = [
     datetime.datetime(2026, 12, 3, 12, 31, 38, 160359, tzinfo=UTC),  # timezone.now()
     datetime.datetime(2026, 12, 3, 12, 31, 38, tzinfo=UTC),  # str() leaves microsecond 0 out
     datetime.datetime(2026, 12, 3, 13, 31, 38, tzinfo=PARIS),
-    datetime.datetime(
-        2026, 12, 3, 12, 31, 38, tzinfo=zoneinfo.ZoneInfo("UTC")
-    ),  # UTC, not datetime's
+    datetime.datetime(2026, 12, 3, 12, 31, 38, tzinfo=ZONEINFO_UTC),
     None,
 ]
 
@@ -89,8 +89,6 @@ def test_a_value_is_written_as_djangos_adapter_writes_it(both, use_tz, given):
 
 def test_django_forgets_a_connections_time_zone_when_use_tz_changes(db):
     """What the converter leans on to stand ``connection.timezone`` for ``USE_TZ``."""
-    from django.db import connection
-
     assert connection.timezone is UTC
     with override_settings(USE_TZ=False):
         assert connection.timezone is None
