@@ -53,6 +53,14 @@ writes those answers itself, in plain text; SPEC §2 wants every error in one
 JSON shape, so this worker writes them as ``{"error": {"code", "message",
 "details"}}``.
 
+**Header checks in C.** gunicorn's Python parser (the one plumb's gunicorn
+configuration names) checks every byte of every header name and value in a
+Python loop: on a small request, an eighth of the bytecodes the worker runs
+and 2 % of its instructions (docs/internals.md). ``_Parser`` makes the same
+checks with ``bytes.translate`` over tables built, byte by byte, from
+gunicorn's own two checks (``tests/plumb_site/test_asgi_worker.py`` holds the
+two to the same answers on any bytes).
+
 gunicorn offers no setting for any of this. The worker swaps in a protocol
 class that overrides some of ``ASGIProtocol``'s private methods, and the
 ``gasgi`` module's name for the protocol is where ``_serve`` finds it.
@@ -73,6 +81,7 @@ from collections.abc import Iterable
 from http import HTTPStatus
 from typing import Any, Protocol
 
+from gunicorn.asgi.parser import PythonProtocol
 from gunicorn.asgi.protocol import ASGIProtocol
 from gunicorn.workers import gasgi
 
@@ -218,6 +227,30 @@ class _ConnectionLog:
         self._log.access(resp, req, environ, request_time)
 
 
+def _bytes_where(check: Any) -> bytes:
+    """The bytes for which gunicorn's check of a one-byte string answers true."""
+    return bytes(c for c in range(256) if check(None, bytes([c])))
+
+
+# Each check is a test of every byte on its own (and a token is not empty).
+_TOKEN = _bytes_where(PythonProtocol._is_valid_token)
+_FIELD_VALUE = _bytes_where(lambda self, b: not PythonProtocol._has_invalid_header_chars(self, b))
+
+
+class _Parser(PythonProtocol):
+    """gunicorn's parser, checking header names and values in C rather than byte by byte."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _is_valid_token(data: bytes) -> bool:
+        return bool(data) and not data.translate(None, _TOKEN)
+
+    @staticmethod
+    def _has_invalid_header_chars(value: bytes) -> bool:
+        return bool(value.translate(None, _FIELD_VALUE))
+
+
 class PlumbProtocol(ASGIProtocol):
     """One connection: JSON error answers, a header timeout and its place under the cap."""
 
@@ -248,6 +281,11 @@ class PlumbProtocol(ASGIProtocol):
             self._head_begun = True
             if self._head_timer is None:
                 self._arm_head_timer()  # the first byte of a kept-alive connection's next head
+
+    def _setup_callback_parser(self) -> None:
+        super()._setup_callback_parser()
+        if type(self._callback_parser) is PythonProtocol:
+            self._callback_parser.__class__ = _Parser  # the same slots: only the checks change
 
     def _on_headers_complete(self) -> Any:
         self._awaiting_head = self._head_begun = False

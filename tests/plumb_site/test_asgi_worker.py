@@ -1,7 +1,8 @@
 """The asgi worker's own rules (plumb_site/asgi_worker.py), without a server.
 
 Which connection makes room past the cap, the bounded log, the file limit,
-the 499 of the access log, and the gunicorn names the worker builds on.
+the 499 of the access log, the header checks, and the gunicorn names the
+worker builds on.
 ``tests/scale/test_connections.py`` and ``test_slow_clients.py`` show the
 same against a real server.
 """
@@ -15,8 +16,12 @@ import resource
 from types import SimpleNamespace
 
 import pytest
+from gunicorn.asgi import parser
 from gunicorn.asgi.protocol import ASGIProtocol
+from gunicorn.config import Config
 from gunicorn.workers import gasgi
+from hypothesis import given
+from hypothesis import strategies as st
 
 from common.logs import BoundedLog
 from plumb_site import asgi_worker
@@ -255,6 +260,73 @@ def test_gunicorns_own_refusals_are_written_in_the_json_shape():
     }
 
 
+# --- header checks -----------------------------------------------------------------------------
+
+# Every byte, weighted to the edges of what gunicorn lets through.
+EDGES = [0x00, 0x08, 0x09, 0x0A, 0x1F, 0x20, 0x21, 0x22, 0x2C, 0x7E, 0x7F, 0x80, 0xFF]
+HEADER_BYTES = st.binary(max_size=64) | st.lists(st.sampled_from(EDGES), max_size=16).map(bytes)
+
+
+@given(HEADER_BYTES)
+def test_a_token_is_checked_as_gunicorn_checks_it(data):
+    gunicorns = parser.PythonProtocol._is_valid_token(None, data)
+    assert asgi_worker._Parser._is_valid_token(data) is gunicorns
+
+
+@given(HEADER_BYTES)
+def test_a_header_value_is_checked_as_gunicorn_checks_it(value):
+    gunicorns = parser.PythonProtocol._has_invalid_header_chars(None, value)
+    assert asgi_worker._Parser._has_invalid_header_chars(value) is gunicorns
+
+
+def test_every_single_byte_is_checked_as_gunicorn_checks_it():
+    for c in range(256):
+        one = bytes([c])
+        assert asgi_worker._Parser._is_valid_token(one) is parser.PythonProtocol._is_valid_token(
+            None, one
+        ), c
+        assert asgi_worker._Parser._has_invalid_header_chars(
+            one
+        ) is parser.PythonProtocol._has_invalid_header_chars(None, one), c
+    assert asgi_worker._Parser._is_valid_token(b"") is False
+
+
+def _connection_parser() -> parser.PythonProtocol:
+    connection = PlumbProtocol.__new__(PlumbProtocol)
+    connection.cfg = Config()
+    connection.cfg.set("http_parser", "python")  # as plumb_site/gunicorn_config.py names it
+    connection._is_ssl = False
+    connection._setup_callback_parser()
+    return connection._callback_parser
+
+
+def test_a_connections_parser_is_gunicorns_with_the_checks_in_c():
+    assert type(_connection_parser()) is asgi_worker._Parser
+
+
+@pytest.mark.parametrize(
+    ("head", "error"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: a\r\nX-Bad: a\x01b\r\n\r\n", parser.InvalidHeader),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nX-Bad: a\x7fb\r\n\r\n", parser.InvalidHeader),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nX(Bad): b\r\n\r\n", parser.InvalidHeaderName),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nX-Bad : b\r\n\r\n", parser.InvalidHeaderName),
+        (b"GE(T / HTTP/1.1\r\nHost: a\r\n\r\n", parser.InvalidRequestMethod),
+    ],
+)
+def test_a_head_with_a_bad_name_or_value_is_refused(head, error):
+    with pytest.raises(error):
+        _connection_parser().feed(head)
+
+
+def test_a_head_with_tabs_and_obs_text_in_its_values_is_read():
+    connection_parser = _connection_parser()
+    connection_parser._on_headers_complete = None  # no connection behind it here
+    connection_parser._on_message_complete = None
+    connection_parser.feed(b"GET / HTTP/1.1\r\nHost: a\r\nX-Ok: a\tb \xe9\r\n\r\n")
+    assert connection_parser.headers == [(b"host", b"a"), (b"x-ok", b"a\tb \xe9")]
+
+
 # --- the gunicorn names this builds on ---------------------------------------------------------
 
 
@@ -262,6 +334,7 @@ def test_gunicorns_own_refusals_are_written_in_the_json_shape():
     "name",
     [
         "_send_error_response",
+        "_setup_callback_parser",
         "_on_headers_complete",
         "_arm_keepalive_timer",
         "_close_transport",
