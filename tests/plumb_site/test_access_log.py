@@ -7,14 +7,30 @@ every line, key and value must be what ``SafeAtoms`` gives.
 from __future__ import annotations
 
 import datetime
+import importlib
 import logging
+import os
 
 import pytest
 from gunicorn import glogging
 from gunicorn.asgi.protocol import ASGIResponseInfo, _RequestTime
 from gunicorn.config import Config
 
-from plumb_site.gunicorn_config import Logger, _Atoms
+
+def _gunicorn_config():
+    """plumb's gunicorn configuration, imported as gunicorn's master imports it, except
+    that what it sets in the environment for the workers (PROMETHEUS_MULTIPROC_DIR) is
+    taken back: it would move the rest of this process's metrics into files."""
+    saved = dict(os.environ)
+    try:
+        return importlib.import_module("plumb_site.gunicorn_config")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+_config = _gunicorn_config()
+Logger, _Atoms = _config.Logger, _config._Atoms
 
 
 class _Request:
