@@ -16,4 +16,10 @@ class PlumbSiteConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the system checks (SQLite's FTS5 for the search index).
-        from plumb_site import checks  # noqa: F401
+        from plumb_site import (
+            checks,  # noqa: F401
+            connections,
+        )
+
+        # Django's connection looked up without an exception each time.
+        connections.install()
