@@ -45,7 +45,11 @@ _object_getattribute = object.__getattribute__
 
 def install() -> None:
     """Swap the class of Django's connection storage (its connections stay where they are)."""
-    storage = connections._connections
+    swap(connections._connections)
+
+
+def swap(storage: Any) -> None:
+    """Make asgiref's thread-critical ``storage`` a ``_Storage``; anything else is left as it is."""
     if type(storage) is _ThreadCriticalLocal:
         # Local's own __setattr__ would set the attribute on the thread's storage.
         object.__setattr__(storage, "__class__", _Storage)

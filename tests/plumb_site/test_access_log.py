@@ -73,6 +73,24 @@ FORMATS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _gunicorns_loggers_as_they_were():
+    """A gunicorn ``Logger`` sets up the process's ``gunicorn.error`` and
+    ``gunicorn.access`` loggers (handlers, level, no propagation): put them back."""
+    kept = []
+    for name in ("gunicorn.error", "gunicorn.access"):
+        log = logging.getLogger(name)
+        kept.append((log, list(log.handlers), log.level, log.propagate))
+    yield
+    for log, handlers, level, propagate in kept:
+        for handler in log.handlers:
+            if handler not in handlers:
+                handler.close()
+        log.handlers[:] = handlers
+        log.setLevel(level)
+        log.propagate = propagate
+
+
 @pytest.fixture
 def logger() -> glogging.Logger:
     return glogging.Logger(Config())

@@ -13,12 +13,13 @@ import pytest
 from asgiref.local import Local
 from django.db import connections
 
-from plumb_site.connections import _Storage, install
+from plumb_site.connections import _Storage, install, swap
 
 
 def _ours() -> _Storage:
     storage = Local(thread_critical=True)
-    object.__setattr__(storage, "__class__", _Storage)
+    swap(storage)
+    assert type(storage) is _Storage
     return storage
 
 
@@ -46,8 +47,13 @@ def _story(storage) -> list:
         look("default")
         await asyncio.sleep(0)
         look("default")
-        task = asyncio.ensure_future(asyncio.sleep(0, result=None))
-        await task
+
+        async def in_a_task():
+            look("default")  # a task starts from a copy of its creator's context
+            storage.default = "in the task"
+            look("default")
+
+        await asyncio.ensure_future(in_a_task())
         look("default")
 
     asyncio.run(in_a_loop())
@@ -69,7 +75,9 @@ def test_a_storage_answers_as_asgirefs_in_a_thread_and_under_a_loop():
         missing,  # a running loop's own
         "in the loop",
         "in the loop",
-        "in the loop",
+        "in the loop",  # in the task, from its creator's context
+        "in the task",
+        "in the loop",  # the task's write stays in the task
         "here",
         missing,
         "_local",
