@@ -14,7 +14,7 @@ from common import metrics, wake
 from common.bodies import body_prepare, idempotency_key_check
 from common.errors import ValidationFailed
 from common.pause import pause_point
-from common.prepared import PreparedInsert, PreparedObjects, Ref, Writes
+from common.prepared import PreparedInsert, PreparedObjects, Ref, Writes, new
 from mailbox import wakeups
 from mailbox.errors import (
     ConversationExhausted,
@@ -238,7 +238,8 @@ def _store(
             delivery = Note.Delivery.SESSION if bound_id is not None else Note.Delivery.NAME
 
         position = 1 if new_thread else conversation.last_position + 1
-        note = Note(
+        note = new(
+            Note,
             conversation=conversation,
             position=position,
             sender_name=session.name,

@@ -44,6 +44,7 @@ from common.prepared import (
     Writes,
     concrete_attnames,
     instances_from_row,
+    new,
 )
 from common.text import visible
 from mailbox.models import AuthorKind, DailyUsage, Session
@@ -363,7 +364,8 @@ def _send_locked(
             now=now,
             cursor=cursor,
         )
-        message = Message(
+        message = new(
+            Message,
             room=room,
             seq=room.head_seq + 1,
             ordinal=state.total + 1,

@@ -21,7 +21,7 @@ from typing import Any
 from common import limits, wake
 from common.bodies import text_prepare
 from common.errors import ValidationFailed
-from common.prepared import PreparedInsert, PreparedUpdate, Writes
+from common.prepared import PreparedInsert, PreparedUpdate, Writes, new
 from common.scrubbing import ScrubResult
 from rooms.errors import NotAMember, RoomNotFound
 from rooms.models import Event, Member, Room
@@ -132,7 +132,7 @@ def append_event(
             flood_window=room.flood_window,
             flood_count=room.flood_count,
         )
-    event = Event(room=room, seq=room.head_seq, **fields)
+    event = new(Event, room=room, seq=room.head_seq, **fields)
     message = fields.get("message")
     # A message that ``writes`` inserts has no key until they run.
     writes.insert(_insert_event, event, refs={"message_id": message} if message else None)

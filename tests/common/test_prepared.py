@@ -9,8 +9,9 @@ from types import NoneType
 import pytest
 from django.apps import apps
 from django.db import IntegrityError, connection, connections, transaction
-from django.db.models import CharField, Count, DateTimeField, F, JSONField, Q
+from django.db.models import DEFERRED, CharField, Count, DateTimeField, F, JSONField, Q
 from django.db.models.signals import post_init
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from common.prepared import (
@@ -23,10 +24,12 @@ from common.prepared import (
     _as_is_types,
     _connection_of,
     _faster,
+    _new_plan,
     _plain,
     concrete_attnames,
     from_db,
     instances_from_row,
+    new,
 )
 from mailbox.models import AgentName, McpSession, Session
 from rooms.models import Event, Member, Message
@@ -245,6 +248,7 @@ def patched(monkeypatch):
     """``monkeypatch`` for a model; what ``_plain`` remembered goes before the patches do."""
     yield monkeypatch
     _plain.cache_clear()
+    _new_plan.cache_clear()
 
 
 def test_a_model_of_its_own_init_is_made_by_django(patched):
@@ -268,6 +272,212 @@ def test_a_model_with_a_column_that_acts_on_assignment_is_made_by_django(patched
     _plain.cache_clear()
 
     assert not _plain(AgentName)
+
+
+# new() leans on what Model.__init__ stores for a new instance; these pin it, for every model.
+
+
+def _column_fields(model):
+    return [f for f in model._meta.concrete_fields]
+
+
+def _made_defaults(model):
+    """The columns whose default is made for each instance (a callable): equal in type only."""
+    return {f.attname for f in _column_fields(model) if f.has_default() and callable(f.default)}
+
+
+def _assert_same_new(ours, djangos, made=frozenset()):
+    assert type(ours) is type(djangos)
+    assert list(vars(ours)) == list(vars(djangos))  # the same columns, in Django's order
+    for name, value in vars(djangos).items():
+        if name == "_state":
+            continue
+        if name in made:
+            assert type(getattr(ours, name)) is type(value), name
+        else:
+            assert getattr(ours, name) is value or getattr(ours, name) == value, name
+    assert (ours._state.adding, ours._state.db) == (djangos._state.adding, djangos._state.db)
+    assert ours._state.fields_cache.keys() == djangos._state.fields_cache.keys()
+    for name, value in djangos._state.fields_cache.items():
+        # Each made from its own related instances: the same kind, linked the same way.
+        assert type(ours._state.fields_cache[name]) is type(value), name
+
+
+def _related(field, db="other"):
+    """An instance of what ``field`` points at, as if loaded from ``db``."""
+    instance = field.related_model()
+    setattr(instance, field.related_fields[0][1].attname, 41)
+    instance._state.db = db
+    instance._state.adding = False
+    return instance
+
+
+def _keys(model):
+    return [f for f in _column_fields(model) if f.many_to_one]
+
+
+@pytest.mark.parametrize("model", _MODELS, ids=[m._meta.label for m in _MODELS])
+def test_a_new_instance_with_nothing_given_is_the_one_django_makes(model):
+    _assert_same_new(new(model), model(), made=_made_defaults(model))
+
+
+@pytest.mark.parametrize("model", _MODELS, ids=[m._meta.label for m in _MODELS])
+def test_a_new_instance_with_every_column_given_is_the_one_django_makes(model):
+    values = {name: object() for name in concrete_attnames(model)}
+
+    ours, djangos = new(model, **values), model(**values)
+
+    _assert_same_new(ours, djangos)
+    for name, value in values.items():
+        assert getattr(ours, name) is value
+
+
+_WITH_KEYS = [m for m in _MODELS if _keys(m)]
+
+
+@pytest.mark.parametrize("model", _WITH_KEYS, ids=[m._meta.label for m in _WITH_KEYS])
+def test_foreign_keys_given_as_instances_link_as_django_links_them(model):
+    ours_values = {f.name: _related(f) for f in _keys(model)}
+    djangos_values = {f.name: _related(f) for f in _keys(model)}
+
+    ours, djangos = new(model, **ours_values), model(**djangos_values)
+
+    _assert_same_new(ours, djangos, made=_made_defaults(model))
+    for field in _keys(model):
+        assert ours._state.fields_cache[field.name] is ours_values[field.name]
+        assert getattr(ours, field.attname) == 41
+        assert getattr(ours, field.name) is ours_values[field.name]  # no query: cached
+    assert ours._state.db == "other"
+
+
+@pytest.mark.parametrize("model", _WITH_KEYS, ids=[m._meta.label for m in _WITH_KEYS])
+def test_foreign_keys_given_as_none_are_none_and_cached_as_django_caches_them(model):
+    values = {f.name: None for f in _keys(model)}
+
+    _assert_same_new(new(model, **values), model(**values), made=_made_defaults(model))
+
+
+def test_a_related_instance_of_no_database_is_given_one_as_django_gives_it():
+    ours_room, djangos_room = _related(Message.room.field, None), _related(Message.room.field, None)
+
+    ours, djangos = new(Message, room=ours_room), Message(room=djangos_room)
+
+    _assert_same_new(ours, djangos, made=_made_defaults(Message))
+    assert ours_room._state.db == djangos_room._state.db == "default"
+    assert ours._state.db == "default"
+
+
+def test_related_instances_of_two_databases_are_refused_as_django_refuses_them():
+    def made(make, model):
+        return make(
+            model,
+            room=_related(model.room.field, "other"),
+            author=_related(model.author.field, "default"),
+        )
+
+    refused = "the current database router prevents this relation"
+    with pytest.raises(ValueError, match=refused) as djangos:
+        made(lambda model, **values: model(**values), Message)
+    with pytest.raises(ValueError, match=refused) as ours:
+        made(new, Message)
+
+    assert str(ours.value) == str(djangos.value)
+
+
+def test_what_is_not_a_column_or_a_key_is_refused_or_taken_as_django_does():
+    room = _related(Message.room.field)
+    with pytest.raises(TypeError) as djangos:
+        Message(room=room, colour="red")
+    with pytest.raises(TypeError) as ours:
+        new(Message, room=room, colour="red")
+    assert str(ours.value) == str(djangos.value)
+
+    with pytest.raises(ValueError, match=r"must be a .Room. instance") as djangos:
+        Message(room=_related(Message.author.field))
+    with pytest.raises(ValueError, match=r"must be a .Room. instance") as ours:
+        new(Message, room=_related(Message.author.field))
+    assert str(ours.value) == str(djangos.value)
+
+    # A key given both ways: Django sets the column after the relation, which
+    # forgets the related instance; a deferred value is left unset.
+    for values in (
+        {"room": room, "room_id": 7},
+        {"room_id": 7, "room": room},
+        {"room": room, "body": DEFERRED},
+    ):
+        _assert_same_new(new(Message, **values), Message(**values), made=_made_defaults(Message))
+    assert "room" not in new(Message, room=room, room_id=7)._state.fields_cache
+    assert "body" not in vars(new(Message, body=DEFERRED))
+
+
+def test_a_default_made_for_each_instance_is_made_for_each_and_only_when_missing(monkeypatch):
+    made = []
+    field = Message._meta.get_field("public_id")
+    monkeypatch.setattr(field, "default", lambda: made.append(1) or f"msg_{len(made)}")
+    monkeypatch.delattr(field, "_get_default", raising=False)  # Django's cached maker
+    _new_plan.cache_clear()
+    try:
+        first, second = new(Message), new(Message)
+        given = new(Message, public_id="msg_given")
+    finally:
+        _new_plan.cache_clear()
+
+    assert (first.public_id, second.public_id, given.public_id) == ("msg_1", "msg_2", "msg_given")
+    assert len(made) == 2
+    assert first.mentions == []
+    assert first.mentions is not second.mentions  # default=list, made for each
+
+
+class _Router:
+    """A router that says no to every relation, to show that new() asks it."""
+
+    def allow_relation(self, obj1, obj2, **hints):
+        return False
+
+
+def test_with_a_router_the_router_is_asked():
+    refused = "the current database router prevents this relation"
+    with (
+        override_settings(DATABASE_ROUTERS=[f"{__name__}._Router"]),
+        pytest.raises(ValueError, match=refused),
+    ):
+        new(Message, room=_related(Message.room.field))
+
+
+def test_a_listener_for_new_models_hears_of_them():
+    heard = []
+
+    def listener(sender, instance, **kwargs):
+        heard.append(instance)
+
+    post_init.connect(listener, sender=Message)
+    try:
+        made = new(Message, body="hello")
+    finally:
+        post_init.disconnect(listener, sender=Message)
+
+    assert heard == [made]
+
+
+def test_a_new_model_of_its_own_init_is_made_by_django(patched):
+    made = []
+
+    def own_init(self, *args, **kwargs):
+        made.append(kwargs)
+        super(AgentName, self).__init__(*args, **kwargs)
+
+    patched.setattr(AgentName, "__init__", own_init)
+    _plain.cache_clear()
+    _new_plan.cache_clear()
+
+    new(AgentName, handle="ann")
+    assert made == [{"handle": "ann"}]
+
+
+def test_every_model_of_plumb_is_made_new_the_short_way():
+    ours = [m for m in _MODELS if m._meta.app_label in ("mailbox", "rooms")]
+
+    assert [m._meta.label for m in ours if _new_plan(m) is None] == []
 
 
 def test_objects_keep_an_explicit_order_and_drop_the_models_default(sessions):
