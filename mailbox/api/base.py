@@ -61,6 +61,9 @@ def requested_fingerprint(request: Request) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+_ALLOWED_METHODS: dict[tuple, list[str]] = {}
+
+
 class PlumbApiView(APIView):
     """Base of every JSON API view.
 
@@ -73,8 +76,24 @@ class PlumbApiView(APIView):
 
     @property
     def allowed_methods(self) -> list[str]:
-        methods = super().allowed_methods
-        return [m for m in methods if m != "HEAD"] if self.authentication_classes else methods
+        # Asked twice a call (here and for the Allow header); Django's answer
+        # walks every method name. It depends only on the view's class, its
+        # method names and those bound to the instance (``View.setup``'s
+        # ``head``, a viewset's actions), and whether it authenticates.
+        names = self.http_method_names
+        key = (
+            type(self),
+            tuple(names),
+            frozenset(vars(self).keys() & set(names)),
+            bool(self.authentication_classes),
+        )
+        methods = _ALLOWED_METHODS.get(key)
+        if methods is None:
+            methods = super().allowed_methods
+            if self.authentication_classes:
+                methods = [m for m in methods if m != "HEAD"]
+            _ALLOWED_METHODS[key] = methods
+        return list(methods)
 
     def initial(self, request, *args, **kwargs):
         if request.method not in self.allowed_methods:
