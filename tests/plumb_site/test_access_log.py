@@ -10,6 +10,7 @@ import datetime
 import importlib
 import logging
 import os
+import re
 
 import pytest
 from gunicorn import glogging
@@ -76,19 +77,24 @@ FORMATS = [
 @pytest.fixture(autouse=True)
 def _gunicorns_loggers_as_they_were():
     """A gunicorn ``Logger`` sets up the process's ``gunicorn.error`` and
-    ``gunicorn.access`` loggers (handlers, level, no propagation): put them back."""
+    ``gunicorn.access`` loggers (handlers, level, no propagation), and tests here
+    change them (filters, disabled): put them back."""
     kept = []
     for name in ("gunicorn.error", "gunicorn.access"):
         log = logging.getLogger(name)
-        kept.append((log, list(log.handlers), log.level, log.propagate))
+        kept.append(
+            (log, list(log.handlers), log.level, log.propagate, list(log.filters), log.disabled)
+        )
     yield
-    for log, handlers, level, propagate in kept:
+    for log, handlers, level, propagate, filters, disabled in kept:
         for handler in log.handlers:
             if handler not in handlers:
                 handler.close()
         log.handlers[:] = handlers
         log.setLevel(level)
         log.propagate = propagate
+        log.filters[:] = filters
+        log.disabled = disabled
 
 
 @pytest.fixture
@@ -106,6 +112,7 @@ def test_keys_values_get_and_in_are_safe_atoms(logger):
     atoms = _atoms(logger)
     ours, theirs = _Atoms(atoms), glogging.SafeAtoms(atoms)
     assert dict(ours) == dict(theirs)
+    assert repr(ours) == repr(theirs)
     assert len(ours) == len(theirs)
     assert ours["a"] == 'agent \\"quoted\\" 1.0'  # escaped when read, as SafeAtoms stores it
     for key in ["s", "a", "{user-agent}i", "{USER-AGENT}i", "missing", "{missing}i"]:
@@ -148,3 +155,171 @@ def test_the_logger_hands_its_line_these_atoms(tmp_path):
         assert [type(args) for args in seen] == [expected]
     assert lines[Logger] == lines[glogging.Logger]
     assert lines[Logger] == '- - user "GET /x HTTP/1.1" 200 2 "http://127.0.0.1/" "a \\"b\\""\n'
+
+
+# The access line written straight to the handler's stream (Logger.access) is the
+# line logging writes, and anything but gunicorn's own set-up goes through logging.
+
+_PLAIN_FORMAT = '%(h)s %(l)s %(u)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %(M)s'
+
+
+def _access(logger: glogging.Logger, path: str = "/x") -> None:
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "RAW_URI": path,
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_USER_AGENT": 'a "b"',
+    }
+    response = ASGIResponseInfo(200, [(b"Content-Length", b"2")], 2)
+    logger.access(response, _Request(), environ, datetime.timedelta(microseconds=1500))
+
+
+def _made(cls, accesslog: str, fmt: str = _PLAIN_FORMAT) -> glogging.Logger:
+    cfg = Config()
+    cfg.set("accesslog", accesslog)
+    cfg.set("access_log_format", fmt)
+    return cls(cfg)
+
+
+@pytest.fixture
+def records(monkeypatch):
+    """Every LogRecord the access logger makes."""
+    made = []
+    real = logging.Logger.makeRecord
+
+    def counted(self, *args, **kwargs):
+        record = real(self, *args, **kwargs)
+        if self.name == "gunicorn.access":
+            made.append(record)
+        return record
+
+    monkeypatch.setattr(logging.Logger, "makeRecord", counted)
+    return made
+
+
+def test_a_plain_access_log_is_written_straight_and_as_logging_writes_it(tmp_path, records):
+    written = {}
+    for cls in (Logger, glogging.Logger):
+        path = tmp_path / f"{cls.__module__}.log"
+        logger = _made(cls, str(path))
+        for n in range(3):
+            _access(logger, f"/x/{n}")
+        written[cls] = path.read_text()  # flushed with each line: nothing is held back
+
+    assert written[Logger] == written[glogging.Logger]
+    assert written[Logger].count("\n") == 3
+    assert 'GET /x/1 HTTP/1.1" 200 2 "-" "a \\"b\\"" 1\n' in written[Logger]
+    assert len(records) == 3  # gunicorn's logger's three; plumb's made none
+
+
+def test_a_plain_access_log_on_standard_output_is_written_there(monkeypatch, records):
+    import io
+
+    out = io.StringIO()
+    monkeypatch.setattr("sys.stdout", out)
+    logger = _made(Logger, "-")
+
+    _access(logger)
+
+    assert out.getvalue().endswith('"GET /x HTTP/1.1" 200 2 "-" "a \\"b\\"" 1\n')
+    assert records == []
+
+
+def _pass(record):
+    return True
+
+
+_CHANGES = {
+    "a filter on the logger": lambda log, handler: log.addFilter(_pass),
+    "a filter on the handler": lambda log, handler: handler.addFilter(_pass),
+    "a second handler": lambda log, handler: log.addHandler(logging.NullHandler()),
+    "propagation": lambda log, handler: setattr(log, "propagate", True),
+    "a handler above INFO": lambda log, handler: handler.setLevel(logging.WARNING),
+    "the logger above INFO": lambda log, handler: log.setLevel(logging.WARNING),
+    "the logger disabled": lambda log, handler: setattr(log, "disabled", True),
+    "another format": lambda log, handler: handler.setFormatter(logging.Formatter("> %(message)s")),
+    "a formatter of its own": lambda log, handler: handler.setFormatter(
+        type("Upper", (logging.Formatter,), {"format": lambda self, r: r.getMessage().upper()})()
+    ),
+    "plumb's JSON lines": lambda log, handler: handler.setFormatter(_config.JsonFormatter()),
+    "a handler of its own": lambda log, handler: setattr(
+        handler, "__class__", type("Own", (logging.FileHandler,), {})
+    ),
+}
+
+
+@pytest.mark.parametrize("change", list(_CHANGES), ids=list(_CHANGES))
+def test_an_access_log_set_up_otherwise_goes_through_logging(tmp_path, change, records):
+    written = {}
+    for cls in (Logger, glogging.Logger):
+        path = tmp_path / f"{cls.__module__}.log"
+        logger = _made(cls, str(path))
+        _CHANGES[change](logger.access_log, logger._get_gunicorn_handler(logger.access_log))
+        records.clear()
+        _access(logger)
+        # A JSON line's time is the record's, which may move a millisecond between the two.
+        text = re.sub(r'"time": "[^"]*"', '"time": "-"', path.read_text())
+        written[cls] = (text, len(records))
+        if cls is Logger:
+            assert logger._plain_access_handler() is None
+
+    assert written[Logger] == written[glogging.Logger]
+
+
+def test_nothing_is_written_while_logging_is_disabled_for_info(tmp_path):
+    path = tmp_path / "access.log"
+    logger = _made(Logger, str(path))
+    logging.disable(logging.INFO)
+    try:
+        _access(logger)
+    finally:
+        logging.disable(logging.NOTSET)
+    _access(logger, "/after")
+
+    assert "/x " not in path.read_text()
+    assert "/after " in path.read_text()
+
+
+def test_a_reopened_file_takes_the_next_lines(tmp_path):
+    path = tmp_path / "access.log"
+    logger = _made(Logger, str(path))
+    _access(logger, "/before")
+    path.rename(tmp_path / "access.log.1")  # as logrotate moves it, before USR1
+
+    logger.reopen_files()
+    _access(logger, "/after")
+
+    assert "/before " in (tmp_path / "access.log.1").read_text()
+    assert "/after " in path.read_text()
+    assert "/before " not in path.read_text()
+
+
+class _Broken:
+    def write(self, text):
+        raise OSError("the pipe is gone")
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize(
+    "fmt", [_PLAIN_FORMAT, "%(s)d %(a)d"], ids=["a write fails", "a format fails"]
+)
+def test_a_line_that_cannot_be_written_is_reported_as_logging_reports_it(fmt, capsys, monkeypatch):
+    monkeypatch.setattr(logging, "raiseExceptions", True)
+    reports = {}
+    for cls in (Logger, glogging.Logger):
+        logger = _made(cls, "-", fmt)
+        logger.access_log.handlers[0].stream = _Broken()
+        _access(logger)
+        reports[cls] = capsys.readouterr().err
+
+    assert "--- Logging error ---" in reports[Logger]
+    for report in reports.values():
+        assert report.count("--- Logging error ---") == 1
+    # The record's message and arguments, the time among them.
+    last = {
+        cls: re.sub(r"\[\d+/\w+/[^]]*\]", "[-]", report.strip().splitlines()[-1])
+        for cls, report in reports.items()
+    }
+    assert last[Logger] == last[glogging.Logger]
