@@ -19,7 +19,10 @@ class PlumbSiteConfig(AppConfig):
         from plumb_site import (
             checks,  # noqa: F401
             connections,
+            headers,
         )
 
-        # Django's connection looked up without an exception each time.
+        # Django's connection, and a response's missing headers, looked up
+        # without an exception each time.
         connections.install()
+        headers.install()
