@@ -13,15 +13,28 @@ answers ``None`` rather than raising; with a loop running in the thread,
 asgiref's own code answers. The class it extends is asgiref's private one;
 ``tests/plumb_site/test_connections.py`` holds every answer to asgiref's, in
 a thread and under a running loop.
+
+The connection's own methods ask the same question: Django wraps each one
+that must not run under an event loop (``cursor``, ``get_autocommit``,
+``set_autocommit``, ``commit`` and more) in ``async_unsafe``, which calls
+``asyncio.get_running_loop()`` and catches its ``RuntimeError``: 12 times a
+send, 0.47 µs each. ``check_loops_cheaply`` sets each such method on the
+connection's class as one that asks ``asyncio._get_running_loop()`` and, with
+no loop running, calls the method Django wrapped; with one running, Django's
+own wrapper answers (its refusal, or ``DJANGO_ALLOW_ASYNC_UNSAFE``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.local import _ThreadCriticalLocal
 from django.db import connections
+from django.utils.asyncio import async_unsafe
 
 
 class _Storage(_ThreadCriticalLocal):
@@ -44,8 +57,40 @@ _object_getattribute = object.__getattribute__
 
 
 def install() -> None:
-    """Swap the class of Django's connection storage (its connections stay where they are)."""
+    """Swap the class of Django's connection storage (its connections stay where they are),
+    and check for a running loop cheaply in each configured backend's connection class."""
     swap(connections._connections)
+    for alias in connections:
+        check_loops_cheaply(type(connections[alias]))
+
+
+# The code of async_unsafe's wrapper: one for every method it wraps.
+_ASYNC_UNSAFE = async_unsafe(lambda: None).__code__
+
+
+def check_loops_cheaply(wrapper_class: type) -> list[str]:
+    """Set each method of ``wrapper_class`` that ``async_unsafe`` wrapped on it, checked cheaply.
+
+    Returns their names. A method set already (a second call) is left as it is.
+    """
+    names = []
+    for name in dir(wrapper_class):
+        method = inspect.getattr_static(wrapper_class, name)
+        if getattr(method, "__code__", None) is _ASYNC_UNSAFE:
+            setattr(wrapper_class, name, _checked_cheaply(method.__wrapped__, method))
+            names.append(name)
+    return names
+
+
+def _checked_cheaply(func: Callable, djangos: Callable) -> Callable:
+    @functools.wraps(func)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if asyncio._get_running_loop() is None:
+            return func(*args, **kwargs)
+        return djangos(*args, **kwargs)
+
+    checked.async_unsafe = djangos  # Django's, for the tests and for anyone who looks
+    return checked
 
 
 def swap(storage: Any) -> None:

@@ -7,13 +7,14 @@ with no event loop (where plumb runs Django) and under a running loop.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 
 import pytest
 from asgiref.local import Local
 from django.db import connections
 
-from plumb_site.connections import _Storage, install, swap
+from plumb_site.connections import _ASYNC_UNSAFE, _Storage, check_loops_cheaply, install, swap
 
 
 def _ours() -> _Storage:
@@ -99,3 +100,66 @@ def test_djangos_connections_use_it_and_keep_their_connection():
     install()  # a second time changes nothing
     assert connections["default"] is connection
     assert type(connections._connections) is _Storage
+
+
+# A connection's own methods: async_unsafe's check made without an exception.
+
+
+def _wrapped_by_async_unsafe(cls) -> list[str]:
+    return [
+        name
+        for name in dir(cls)
+        if getattr(inspect.getattr_static(cls, name), "__code__", None) is _ASYNC_UNSAFE
+    ]
+
+
+def _database_classes():
+    return [type(connections[alias]) for alias in connections]
+
+
+def test_every_method_django_guards_is_checked_cheaply_on_each_backend():
+    for cls in _database_classes():
+        assert _wrapped_by_async_unsafe(cls) == []
+        checked = [
+            name
+            for name in dir(cls)
+            if getattr(inspect.getattr_static(cls, name), "async_unsafe", None) is not None
+        ]
+        assert {"cursor", "connect", "ensure_connection", "commit", "rollback"} <= set(checked)
+        for name in checked:
+            method = inspect.getattr_static(cls, name)
+            # Django's method itself, under Django's own wrapper for a running loop.
+            assert method.__wrapped__ is method.async_unsafe.__wrapped__
+            assert method.async_unsafe.__code__ is _ASYNC_UNSAFE
+
+
+def test_a_class_of_djangos_own_gets_each_guarded_method_once():
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    cls = type("Wrapper", (BaseDatabaseWrapper,), {})
+    before = _wrapped_by_async_unsafe(cls)
+
+    assert check_loops_cheaply(cls) == before
+    assert before
+    assert _wrapped_by_async_unsafe(cls) == []
+    assert check_loops_cheaply(cls) == []
+    assert _wrapped_by_async_unsafe(BaseDatabaseWrapper) == before  # Django's class left alone
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_a_running_loop_django_refuses_as_before(monkeypatch):
+    from django.core.exceptions import SynchronousOnlyOperation
+    from django.db import connection
+
+    async def under_a_loop():
+        with pytest.raises(SynchronousOnlyOperation, match="async context"):
+            connection.cursor()
+        monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        with connection.cursor() as cursor:  # Django's own way through, when allowed
+            cursor.execute("SELECT 1")
+            return cursor.fetchone()
+
+    assert asyncio.run(under_a_loop()) == (1,)
+    with connection.cursor() as cursor:  # and with no loop, as always
+        cursor.execute("SELECT 2")
+        assert cursor.fetchone() == (2,)
