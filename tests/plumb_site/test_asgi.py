@@ -603,3 +603,56 @@ def test_a_woken_call_is_answered_though_its_address_reached_the_failure_rate_me
     assert poll.status == 200, poll.sent
     assert [note["body"] for note in poll.json()["notes"]] == ["still answered"]
     assert after.status == 429
+
+
+# _within: asyncio.wait({future}, timeout=...) for the one future a body waits on.
+
+
+async def _waited(done_after: float | None, timeout: float) -> tuple[bool, asyncio.Future, list]:
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    if done_after is not None:
+        loop.call_later(done_after, future.set_result, "chunk")
+    arrived = await front._within(loop, future, timeout)
+    timers = [h for h in loop._scheduled if not h.cancelled() and h._callback != future.set_result]
+    return arrived, future, list(getattr(future, "_callbacks", None) or []) + timers
+
+
+@pytest.mark.parametrize(
+    ("done_after", "timeout", "expected"),
+    [(0, 5, True), (0.01, 5, True), (None, 0.02, False), (5, 0.02, False), (None, 0, False)],
+)
+def test_a_future_is_waited_for_as_asyncio_wait_waits_and_is_never_cancelled(
+    done_after, timeout, expected
+):
+    async def both():
+        ours = await _waited(done_after, timeout)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if done_after is not None:
+            loop.call_later(done_after, future.set_result, "chunk")
+        done, _ = await asyncio.wait({future}, timeout=timeout)
+        return ours, bool(done)
+
+    (arrived, future, callbacks_left), asyncios = asyncio.run(both())
+
+    assert arrived is asyncios is expected
+    assert not future.cancelled()
+    assert callbacks_left == []  # nothing of the wait is left on the future or the loop
+
+
+def test_a_wait_cancelled_from_outside_leaves_the_future_as_it_was():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        waiting = asyncio.ensure_future(front._within(loop, future, 5))
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        return future
+
+    future = asyncio.run(scenario())
+
+    assert not future.done()
+    assert not future._callbacks
