@@ -40,7 +40,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +155,83 @@ class _Atoms(Mapping):
         return repr(dict(self))
 
 
+class _RequestAtoms(Mapping):
+    """gunicorn's ``atoms()`` of one request, each worked out when it is read.
+
+    gunicorn builds every atom of a request for each access line: the
+    nineteen one-letter ones, and one for each request header, response
+    header and environ entry, in three loops, before a line that reads nine
+    of them. Here a one-letter atom is made when the line reads it, as
+    gunicorn makes it (``_LETTERS``); anything else (a header, an environ
+    entry, the whole mapping) is gunicorn's own ``atoms()``, made once.
+    ``tests/plumb_site/test_access_log.py`` holds every atom to gunicorn's.
+    """
+
+    __slots__ = ("_all", "_logger", "_request")
+
+    def __init__(self, logger: glogging.Logger, *request: Any) -> None:
+        self._logger = logger
+        self._request = request  # resp, req, environ, request_time
+        self._all: dict[str, Any] | None = None
+
+    def _whole(self) -> dict[str, Any]:
+        if self._all is None:
+            self._all = glogging.Logger.atoms(self._logger, *self._request)
+        return self._all
+
+    def __getitem__(self, key: str) -> Any:
+        make = _LETTERS.get(key)
+        if make is None:
+            return self._whole()[key]
+        resp, _, environ, request_time = self._request
+        return make(self._logger, resp, environ, request_time)
+
+    def __contains__(self, key: object) -> bool:
+        return key in _LETTERS or key in self._whole()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._whole())
+
+    def __len__(self) -> int:
+        return len(self._whole())
+
+
+def _status(resp: Any) -> Any:
+    status = resp.status
+    return status.split(None, 1)[0] if isinstance(status, str) else status
+
+
+def _sent(resp: Any) -> Any:
+    return getattr(resp, "sent", None)
+
+
+# gunicorn 27's glogging.Logger.atoms, one letter at a time.
+_LETTERS: dict[str, Callable[[Any, Any, Any, Any], Any]] = {
+    "h": lambda logger, resp, environ, t: environ.get("REMOTE_ADDR", "-"),
+    "l": lambda logger, resp, environ, t: "-",
+    "u": lambda logger, resp, environ, t: logger._get_user(environ) or "-",
+    "t": lambda logger, resp, environ, t: logger.now(),
+    "r": lambda logger, resp, environ, t: (
+        "%s %s %s"  # noqa: UP031 - as gunicorn writes it
+        % (environ["REQUEST_METHOD"], environ["RAW_URI"], environ["SERVER_PROTOCOL"])
+    ),
+    "s": lambda logger, resp, environ, t: _status(resp),
+    "m": lambda logger, resp, environ, t: environ.get("REQUEST_METHOD"),
+    "U": lambda logger, resp, environ, t: environ.get("PATH_INFO"),
+    "q": lambda logger, resp, environ, t: environ.get("QUERY_STRING"),
+    "H": lambda logger, resp, environ, t: environ.get("SERVER_PROTOCOL"),
+    "b": lambda logger, resp, environ, t: (_sent(resp) is not None and str(resp.sent)) or "-",
+    "B": lambda logger, resp, environ, t: _sent(resp),
+    "f": lambda logger, resp, environ, t: environ.get("HTTP_REFERER", "-"),
+    "a": lambda logger, resp, environ, t: environ.get("HTTP_USER_AGENT", "-"),
+    "T": lambda logger, resp, environ, t: t.seconds,
+    "D": lambda logger, resp, environ, t: (t.seconds * 1000000) + t.microseconds,
+    "M": lambda logger, resp, environ, t: (t.seconds * 1000) + int(t.microseconds / 1000),
+    "L": lambda logger, resp, environ, t: "%d.%06d" % (t.seconds, t.microseconds),  # noqa: UP031
+    "p": lambda logger, resp, environ, t: "<%s>" % os.getpid(),  # noqa: UP031
+}
+
+
 def _escaped(value: Any) -> Any:
     return value.replace('"', '\\"') if isinstance(value, str) else value
 
@@ -174,6 +251,9 @@ class Logger(glogging.Logger):
     """
 
     atoms_wrapper_class = _Atoms
+
+    def atoms(self, resp: Any, req: Any, environ: Any, request_time: Any) -> Mapping[str, Any]:
+        return _RequestAtoms(self, resp, req, environ, request_time)
 
     def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
         handler = self._plain_access_handler()

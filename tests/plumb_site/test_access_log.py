@@ -323,3 +323,84 @@ def test_a_line_that_cannot_be_written_is_reported_as_logging_reports_it(fmt, ca
         for cls, report in reports.items()
     }
     assert last[Logger] == last[glogging.Logger]
+
+
+# plumb's atoms(): each one-letter atom made when read, as gunicorn makes it.
+
+_RequestAtoms = _config._RequestAtoms
+
+
+def _requests():
+    """Requests as the worker logs them, and some it does not make (a text status, no sent)."""
+    basic = {"HTTP_AUTHORIZATION": "Basic dXNlcjpwYXNz"}  # user:pass
+    for status, sent, extra in [
+        (201, 429, {}),
+        (200, None, basic),
+        ("404 Not Found", 0, {"HTTP_REFERER": 'http://x/"y"'}),
+        (499, 0, {"REMOTE_ADDR": "::1", "QUERY_STRING": "a=1&b=2"}),
+    ]:
+        environ = {
+            "REQUEST_METHOD": "GET",
+            "RAW_URI": "/x?a=1",
+            "PATH_INFO": "/x",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "HTTP_USER_AGENT": 'agent "q"',
+            **extra,
+        }
+        response = ASGIResponseInfo(status, [(b"Content-Type", b"application/json")], 0)
+        if sent is None:
+            del response.sent
+        else:
+            response.sent = sent
+        yield response, _Request(), environ, _RequestTime(1.234567)
+
+
+@pytest.fixture
+def fixed_time(monkeypatch):
+    monkeypatch.setattr(glogging.Logger, "now", lambda self: "[03/Dec/2026:12:00:00 +0000]")
+
+
+@pytest.mark.parametrize("request_", list(_requests()), ids=["201", "basic", "text", "499"])
+def test_every_atom_is_gunicorns(fixed_time, request_):
+    ours = Logger(Config()).atoms(*request_)
+    theirs = glogging.Logger(Config()).atoms(*request_)
+
+    assert isinstance(ours, _RequestAtoms)
+    for key in "hlutrsmUqHbBfaTDMLp":  # made one at a time, before the whole is asked for
+        assert ours[key] == theirs[key], key
+        assert key in ours
+    assert ours._all is None
+    for key in theirs:
+        assert ours[key] == theirs[key], key
+    assert dict(ours) == theirs
+    assert len(ours) == len(theirs)
+    for missing in ("x", "{nothing}i", "{user-agent}I"):
+        assert missing not in ours
+        with pytest.raises(KeyError):
+            ours[missing]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_writes_what_gunicorn_writes(fixed_time, fmt):
+    for request_ in _requests():
+        ours = _Atoms(Logger(Config()).atoms(*request_))
+        theirs = glogging.SafeAtoms(glogging.Logger(Config()).atoms(*request_))
+        assert fmt % ours == fmt % theirs
+
+
+def test_a_line_of_one_letter_atoms_makes_no_whole_atoms(tmp_path, monkeypatch):
+    made = []
+    whole = glogging.Logger.atoms
+    monkeypatch.setattr(
+        glogging.Logger, "atoms", lambda self, *a: made.append(1) or whole(self, *a)
+    )
+    logger = _made(Logger, str(tmp_path / "access.log"), Config().access_log_format)
+
+    _access(logger)
+    assert made == []
+
+    logger.cfg.set("access_log_format", "%(h)s %({user-agent}i)s")
+    _access(logger)
+    assert made == [1]
+    # The request's own header (gunicorn reads {...}i from the request, not the environ).
+    assert (tmp_path / "access.log").read_text().endswith('- agent \\"quoted\\" 1.0\n')
