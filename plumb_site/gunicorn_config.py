@@ -244,7 +244,7 @@ class Logger(glogging.Logger):
     newline and a flush, under the handler's lock, are all that ``logging``
     would do with it, and making a ``LogRecord`` (the caller's frame, the
     thread, the process id) and handing it through the logger, its handler
-    and formatter took two thirds of an access line's bytecodes. Anything
+    and formatter is two thirds of an access line's bytecodes. Anything
     else (JSON lines, a filter, another handler or formatter, a level or
     ``logging.disable`` that holds the line back) goes through ``logging``
     (``tests/plumb_site/test_access_log.py`` writes both ways).

@@ -18,7 +18,7 @@ def test_an_id_is_its_prefix_and_base32_characters():
 
 
 def test_the_characters_are_base32s_and_every_byte_names_one_as_often_as_any_other():
-    # RFC 4648's alphabet, which base64.b32encode wrote before.
+    # RFC 4648's alphabet, base64.b32encode's.
     assert set(base64.b32encode(bytes(range(256))).decode().strip("=")) == set(ALPHABET.upper())
     counts = collections.Counter(BASE32_OF_BYTE)
 
@@ -26,5 +26,5 @@ def test_the_characters_are_base32s_and_every_byte_names_one_as_often_as_any_oth
     assert set(counts.values()) == {256 // 32}
 
 
-def test_an_id_holds_as_many_random_bits_as_before():
+def test_an_id_holds_as_many_random_bits_as_fifteen_random_bytes():
     assert LENGTH * 5 == 15 * 8  # base64.b32encode of 15 random bytes

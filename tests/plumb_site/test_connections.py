@@ -147,7 +147,7 @@ def test_a_class_of_djangos_own_gets_each_guarded_method_once():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_under_a_running_loop_django_refuses_as_before(monkeypatch):
+def test_under_a_running_loop_djangos_own_check_refuses(monkeypatch):
     from django.core.exceptions import SynchronousOnlyOperation
     from django.db import connection
 

@@ -55,7 +55,7 @@ def test_a_name_in_bytes_is_not_held_either_way():
     assert held.get(b"content-type", 0) == Mapping.get(held, b"content-type", 0) == 0
 
 
-def test_a_response_reads_and_sets_its_headers_as_before():
+def test_a_response_reads_and_sets_its_headers_by_any_case():
     response = HttpResponse(b"{}", content_type="application/json")
 
     assert response.has_header("content-type")
