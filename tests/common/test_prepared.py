@@ -256,15 +256,17 @@ def test_a_model_of_its_own_init_is_made_by_django(patched):
     made = []
 
     def own_init(self, *args, **kwargs):
-        made.append(args)
+        made.append((args, kwargs))
         super(AgentName, self).__init__(*args, **kwargs)
 
     patched.setattr(AgentName, "__init__", own_init)
     _plain.cache_clear()
+    _new_plan.cache_clear()
 
     assert not _plain(AgentName)
     from_db(AgentName, "default", names, list(range(len(names))))
-    assert made == [tuple(range(len(names)))]
+    new(AgentName, handle="ann")
+    assert made == [(tuple(range(len(names))), {}), ((), {"handle": "ann"})]
 
 
 def test_a_model_with_a_column_that_acts_on_assignment_is_made_by_django(patched):
@@ -457,21 +459,6 @@ def test_a_listener_for_new_models_hears_of_them():
         post_init.disconnect(listener, sender=Message)
 
     assert heard == [made]
-
-
-def test_a_new_model_of_its_own_init_is_made_by_django(patched):
-    made = []
-
-    def own_init(self, *args, **kwargs):
-        made.append(kwargs)
-        super(AgentName, self).__init__(*args, **kwargs)
-
-    patched.setattr(AgentName, "__init__", own_init)
-    _plain.cache_clear()
-    _new_plan.cache_clear()
-
-    new(AgentName, handle="ann")
-    assert made == [{"handle": "ann"}]
 
 
 def test_every_model_of_plumb_is_made_new_the_short_way():
