@@ -406,11 +406,7 @@ def _link(stored: dict, state: ModelState, link: tuple, value: Any, values: dict
     elif (
         type(value) is related
         and value._state.db is not None
-        and state.db
-        in (
-            None,
-            value._state.db,
-        )
+        and (state.db is None or state.db == value._state.db)
     ):
         state.db = value._state.db
         stored[attname] = getattr(value, target)

@@ -76,7 +76,7 @@ class PlumbApiView(APIView):
 
     @property
     def allowed_methods(self) -> list[str]:
-        # Asked twice a call (here and for the Allow header); Django's answer
+        # Asked twice a call (by ``initial`` and for the Allow header); Django's answer
         # walks every method name. It depends only on the view's class, its
         # method names and those bound to the instance (``View.setup``'s
         # ``head``, a viewset's actions), and whether it authenticates.
