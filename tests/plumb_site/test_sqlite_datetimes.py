@@ -1,4 +1,4 @@
-"""plumb's SQLite datetime converter and adapter give what Django's give, value by value.
+"""plumb's SQLite converter and adapters (datetimes, JSON) give what Django's give, value by value.
 
 They run on a connection of the test's own SQLite file, so they run whichever
 database the rest of the suite uses.
@@ -6,10 +6,13 @@ database the rest of the suite uses.
 
 from __future__ import annotations
 
+import collections
 import datetime
+import json
 import zoneinfo
 
 import pytest
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.db.backends.sqlite3.operations import DatabaseOperations as DjangoOperations
 from django.test import override_settings
@@ -98,3 +101,42 @@ def test_django_forgets_a_connections_time_zone_when_use_tz_changes(db):
 def test_plumbs_sqlite_backend_uses_them(tmp_path):
     wrapper = _wrapper(str(tmp_path / "dates.sqlite3"))
     assert type(wrapper.ops) is DatabaseOperations
+
+
+class _EmptyDict(dict):
+    pass
+
+
+class _ItsOwnEmpty(json.JSONEncoder):
+    def encode(self, o):
+        return "null" if o in ({}, []) else super().encode(o)
+
+
+JSON_GIVEN = [
+    {},
+    [],
+    {"unseen_before_send": 0, "unresolved_mentions": []},
+    ["ann"],
+    collections.OrderedDict(),
+    _EmptyDict(),
+    (),
+    "",
+    0,
+    None,
+    {"é": "\u2028"},
+]
+
+
+@pytest.mark.parametrize("encoder", [None, DjangoJSONEncoder, _ItsOwnEmpty])
+@pytest.mark.parametrize("given", JSON_GIVEN, ids=repr)
+def test_a_json_value_is_written_as_djangos_adapter_writes_it(both, given, encoder):
+    ours, django = both(True)
+    assert _outcome(lambda: ours.adapt_json_value(given, encoder)) == _outcome(
+        lambda: django.adapt_json_value(given, encoder)
+    )
+
+
+def test_an_empty_container_is_written_without_the_encoder(both, monkeypatch):
+    ours, _ = both(True)
+    monkeypatch.setattr(json, "dumps", None)  # any call into it fails
+    assert (ours.adapt_json_value({}, None), ours.adapt_json_value([], None)) == ("{}", "[]")
