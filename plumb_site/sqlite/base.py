@@ -33,9 +33,11 @@ wrong kind in their place is refused (``ImproperlyConfigured``).
 
 The hooks overridden here are private Django API (the connection's
 ``_start_transaction_under_autocommit``, ``_commit``, ``_rollback``,
-``_close`` and ``create_cursor``; the cursor's ``execute``, ``executemany``
-and ``convert_query``; the test database's ``_destroy_test_db``):
-``tests/plumb_site/test_sqlite_django_hooks.py`` pins how Django calls them.
+``_close``, ``create_cursor`` and ``make_cursor``; the cursor's ``execute``,
+``executemany`` and ``convert_query``; the test database's
+``_destroy_test_db``): ``tests/plumb_site/test_sqlite_django_hooks.py`` pins
+how Django calls them, and ``tests/plumb_site/test_sqlite_cursor.py`` holds
+``StatementCursor`` to Django's ``CursorWrapper``.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ import stat
 import threading
 import time
 
+from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
+from django.db.backends import utils
 from django.db.backends.sqlite3 import base, creation
 
 from common import metrics
@@ -186,6 +190,9 @@ class DatabaseCreation(creation.DatabaseCreation):
                     os.remove(path + suffix)
 
 
+_execute = base.Database.Cursor.execute
+
+
 @functools.lru_cache(maxsize=512)
 def _qmark(query: str) -> str:
     return base.FORMAT_QMARK_REGEX.sub("?", query).replace("%%", "%")
@@ -232,6 +239,9 @@ class CursorWrapper(base.SQLiteCursorWrapper):
 
     def execute(self, query, params=None):
         if self.db is None or self.connection.in_transaction or not _writes(query):
+            if type(params) is list or type(params) is tuple:
+                # Django's execute for a sequence of parameters, one call shorter.
+                return _execute(self, _qmark(query), params)
             return super().execute(query, params)
         return self.db._write_in_turn(super().execute, query, params)
 
@@ -244,6 +254,55 @@ class CursorWrapper(base.SQLiteCursorWrapper):
         if param_names is None:
             return _qmark(query)
         return super().convert_query(query, param_names=param_names)
+
+
+class StatementCursor(utils.CursorWrapper):
+    """Django's cursor wrapper, without the per-statement layers that do nothing here.
+
+    Django runs each statement through its execute wrappers (a context dict
+    and a partial per wrapper, when there is none), then through a
+    ``DatabaseErrorWrapper`` made for the statement; each ``fetchall``
+    asked of it wraps the method anew. Here, with no execute wrapper
+    installed, a statement checks what Django's ``_execute`` checks and runs;
+    only an error goes through a ``DatabaseErrorWrapper``, which raises
+    Django's exception from sqlite3's as Django's does. With a wrapper
+    installed, or before the apps are ready (Django warns then), Django's own
+    path runs. Logged queries (``DEBUG``, ``CaptureQueriesContext``) get
+    Django's debug cursor instead (``make_debug_cursor``).
+    ``tests/plumb_site/test_sqlite_cursor.py`` holds it to Django's, case by case.
+    """
+
+    def execute(self, sql, params=None):
+        db = self.db
+        if db.execute_wrappers or not apps.ready:
+            return super().execute(sql, params)
+        db.validate_no_broken_transaction()
+        try:
+            return self.cursor.execute(sql, params)
+        except Exception:
+            with db.wrap_database_errors:
+                raise
+
+    def fetchone(self):
+        try:
+            return self.cursor.fetchone()
+        except Exception:
+            with self.db.wrap_database_errors:
+                raise
+
+    def fetchmany(self, *args, **kwargs):
+        try:
+            return self.cursor.fetchmany(*args, **kwargs)
+        except Exception:
+            with self.db.wrap_database_errors:
+                raise
+
+    def fetchall(self):
+        try:
+            return self.cursor.fetchall()
+        except Exception:
+            with self.db.wrap_database_errors:
+                raise
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
@@ -268,6 +327,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         params = super().get_connection_params()
         params["detect_types"] = 0
         return params
+
+    def make_cursor(self, cursor):
+        return StatementCursor(cursor, self)
 
     def create_cursor(self, name=None):
         cursor = self.connection.cursor(factory=CursorWrapper)
