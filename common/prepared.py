@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import keyword
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -514,25 +515,59 @@ def _adapters(field: Field) -> dict[type, Callable[[Any, Any], Any]]:
     return {}
 
 
-def _plan(fields: Sequence[Field], connection) -> list[tuple[Field, str, tuple[type, ...], dict]]:
-    """Per field: what ``_row_params`` needs to write it (see ``_as_is_types``, ``_adapters``)."""
-    return [(f, f.attname, _as_is_types(f, connection), _adapters(f)) for f in fields]
+class _RowPlan:
+    """Per field, what ``_row_params`` needs to write it (see ``_as_is_types``, ``_adapters``),
+    and ``params``: those steps as one function of straight-line code.
+
+    A loop over the steps costs about thirty bytecodes a field (a send writes
+    some thirty fields); the function reads each attribute, tests its type
+    and, only for a value not written as it is, calls ``_adapted``: about ten.
+    """
+
+    def __init__(self, fields: Sequence[Field], connection) -> None:
+        self.steps = [(f, f.attname, _as_is_types(f, connection), _adapters(f)) for f in fields]
+        self.params = _compiled_params(self.steps)
 
 
-def _row_params(instance: Model, plan, connection) -> list[Any]:
-    """An instance's values as ``Model.save()`` would write them (see ``_plan``)."""
-    params = []
-    for f, attname, as_is, adapters in plan:
-        value = getattr(instance, attname)
-        kind = type(value)
-        if kind not in as_is:
-            adapt = adapters.get(kind)
-            if adapt is None:
-                value = f.get_db_prep_save(f.pre_save(instance, True), connection)
-            else:
-                value = adapt(value, connection)
-        params.append(value)
-    return params
+def _plan(fields: Sequence[Field], connection) -> _RowPlan:
+    return _RowPlan(fields, connection)
+
+
+def _adapted(field: Field, adapters: dict, instance: Model, value: Any, connection) -> Any:
+    """A value that is not written as it is: by its adapter, else as ``Model.save()`` does."""
+    adapt = adapters.get(type(value))
+    if adapt is None:
+        return field.get_db_prep_save(field.pre_save(instance, True), connection)
+    return adapt(value, connection)
+
+
+def _compiled_params(steps) -> Callable[[Model, Any], list[Any]]:
+    """``params(instance, connection)``: the steps' values in order, made without a loop."""
+    names = {"_adapted": _adapted}
+    lines = ["def params(instance, connection):"]
+    for i, (field, attname, as_is, adapters) in enumerate(steps):
+        names[f"field{i}"], names[f"as_is{i}"], names[f"adapters{i}"] = field, as_is, adapters
+        names[f"attname{i}"] = attname
+        read = (
+            f"instance.{attname}"
+            if attname.isidentifier() and not keyword.iskeyword(attname)
+            else f"getattr(instance, attname{i})"
+        )
+        lines += [
+            f"    v{i} = {read}",
+            f"    if type(v{i}) not in as_is{i}:",
+            f"        v{i} = _adapted(field{i}, adapters{i}, instance, v{i}, connection)",
+        ]
+    lines.append(f"    return [{', '.join(f'v{i}' for i in range(len(steps)))}]")
+    # The text holds only the model's own attribute names (identifiers, else read with
+    # getattr) and the steps' indexes: nothing a request sends.
+    exec(compile("\n".join(lines), "<common.prepared row params>", "exec"), names)
+    return names["params"]
+
+
+def _row_params(instance: Model, plan: _RowPlan, connection) -> list[Any]:
+    """An instance's values as ``Model.save()`` would write them (see ``_RowPlan``)."""
+    return plan.params(instance, connection)
 
 
 class PreparedInsert:
@@ -550,7 +585,7 @@ class PreparedInsert:
     def __init__(self, model: type[Model]) -> None:
         self._model = model
         self._fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-        self._compiled: dict[str, tuple[str, list]] = {}
+        self._compiled: dict[str, tuple[str, _RowPlan]] = {}
         self._compiled_many: dict[tuple[str, int], str] = {}
 
     def prepare(self, using: str = "default") -> None:

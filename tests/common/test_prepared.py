@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from datetime import UTC, datetime, timedelta, timezone
 from types import NoneType
 
@@ -22,6 +23,7 @@ from common.prepared import (
     Writes,
     _adapters,
     _as_is_types,
+    _compiled_params,
     _connection_of,
     _faster,
     _new_plan,
@@ -822,3 +824,78 @@ def _answer(convert, value):
         return repr(convert(value, None, connection))
     except TypeError as error:  # json.loads(5): Django's converter lets it through
         return str(error)
+
+
+class _Text(str):
+    """A str subclass: not written as it is (a subclass may convert)."""
+
+
+def _write_values(model):
+    """Values of several types for each field of ``model``: what a row may be written from."""
+    yield "defaults", {}
+    yield (
+        "naive and aware datetimes",
+        {
+            f.attname: datetime(2026, 12, 3, 12, 0, 1) if i % 2 else datetime.now(UTC)  # noqa: DTZ001
+            for i, f in enumerate(model._meta.concrete_fields)
+            if isinstance(f, DateTimeField)
+        },
+    )
+    yield (
+        "text subclasses and empty containers",
+        {
+            f.attname: _Text("x") if isinstance(f, CharField) else []
+            for f in model._meta.concrete_fields
+            if isinstance(f, CharField | JSONField)
+        },
+    )
+    yield "nulls", {f.attname: None for f in model._meta.concrete_fields if f.null}
+
+
+@pytest.mark.parametrize("model", _MODELS, ids=[m._meta.label for m in _MODELS])
+def test_a_rows_parameters_are_what_save_would_write(db, model, monkeypatch):
+    """The compiled parameters of every model, from values of several types, field by field."""
+    monkeypatch.setattr("django.utils.timezone.now", lambda: datetime(2026, 1, 2, tzinfo=UTC))
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    plan = PreparedInsert(model)
+    plan.prepare()
+    _, row_plan = plan._compiled["default"]
+
+    for _, values in _write_values(model):
+        ours, theirs = model(), model()
+        theirs.__dict__.update({k: v for k, v in ours.__dict__.items() if k != "_state"})
+        for name, value in values.items():
+            setattr(ours, name, value)
+            setattr(theirs, name, value)
+        with warnings.catch_warnings(record=True) as our_warnings:
+            warnings.simplefilter("always")
+            got = row_plan.params(ours, connection)
+        with warnings.catch_warnings(record=True) as their_warnings:
+            warnings.simplefilter("always")
+            expected = [f.get_db_prep_save(f.pre_save(theirs, True), connection) for f in fields]
+        assert [_comparable(v) for v in got] == [_comparable(v) for v in expected]
+        assert [str(w.message) for w in our_warnings] == [str(w.message) for w in their_warnings]
+        assert ours.__dict__.keys() == theirs.__dict__.keys()  # pre_save set the same attributes
+
+
+def _comparable(value):
+    # PostgreSQL's JSON adapter wraps the value; what it wraps and how it dumps it is compared.
+    if hasattr(value, "obj") and hasattr(value, "dumps"):
+        return ("json", value.obj, value.dumps)
+    return (type(value), value)
+
+
+def test_a_column_whose_name_is_no_attribute_name_is_read_with_getattr():
+    class Field:
+        def get_db_prep_save(self, value, connection):
+            return ("prepared", value)
+
+        def pre_save(self, instance, add):
+            return getattr(instance, "class")
+
+    row = type("Row", (), {})()
+    setattr(row, "class", 7)
+    setattr(row, "not-a-name", "as it is")
+    steps = [(Field(), "class", (), {}), (Field(), "not-a-name", (str,), {})]
+
+    assert _compiled_params(steps)(row, None) == [("prepared", 7), "as it is"]
