@@ -516,8 +516,9 @@ def _adapters(field: Field) -> dict[type, Callable[[Any, Any], Any]]:
 
 
 class _RowPlan:
-    """Per field, what ``_row_params`` needs to write it (see ``_as_is_types``, ``_adapters``),
-    and ``params``: those steps as one function of straight-line code.
+    """Per field, what writing it takes (see ``_as_is_types``, ``_adapters``), and
+    ``params(instance, connection)``: the instance's values as ``Model.save()`` would write
+    them, those steps as one function of straight-line code.
 
     A loop over the steps costs about thirty bytecodes a field (a send writes
     some thirty fields); the function reads each attribute, tests its type
@@ -527,10 +528,6 @@ class _RowPlan:
     def __init__(self, fields: Sequence[Field], connection) -> None:
         self.steps = [(f, f.attname, _as_is_types(f, connection), _adapters(f)) for f in fields]
         self.params = _compiled_params(self.steps)
-
-
-def _plan(fields: Sequence[Field], connection) -> _RowPlan:
-    return _RowPlan(fields, connection)
 
 
 def _adapted(field: Field, adapters: dict, instance: Model, value: Any, connection) -> Any:
@@ -565,11 +562,6 @@ def _compiled_params(steps) -> Callable[[Model, Any], list[Any]]:
     return names["params"]
 
 
-def _row_params(instance: Model, plan: _RowPlan, connection) -> list[Any]:
-    """An instance's values as ``Model.save()`` would write them (see ``_RowPlan``)."""
-    return plan.params(instance, connection)
-
-
 class PreparedInsert:
     """Saves a new instance and takes its new key, the SQL built once per process.
 
@@ -600,7 +592,7 @@ class PreparedInsert:
         sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})"
         if connection.vendor != "sqlite":
             sql += f" RETURNING {quote(meta.pk.column)}"
-        self._compiled[using] = (sql, _plan(self._fields, connection))
+        self._compiled[using] = (sql, _RowPlan(self._fields, connection))
 
     def statement(
         self, instances: Sequence[Model], using: str = "default"
@@ -621,7 +613,7 @@ class PreparedInsert:
                 f"INSERT INTO {quote(self._model._meta.db_table)} ({columns}) "
                 f"VALUES {', '.join([marks] * len(instances))}"
             )
-        params = [value for i in instances for value in _row_params(i, plan, connection)]
+        params = [value for i in instances for value in plan.params(i, connection)]
         return sql, params, connection.ops.quote_name(self._model._meta.pk.column)
 
     def insert(self, instance: Model, using: str = "default", cursor=None) -> None:
@@ -631,7 +623,7 @@ class PreparedInsert:
             self.prepare(using)
             compiled = self._compiled[using]
         sql, plan = compiled
-        params = _row_params(instance, plan, connection)
+        params = plan.params(instance, connection)
         if cursor is None:
             with connection.cursor() as cursor:
                 instance.pk = self._execute(cursor, sql, params, connection)
