@@ -61,19 +61,23 @@ def validated(serializer_class: type[serializers.Serializer], data: Any) -> dict
     return fields
 
 
-def _instance(serializer_class: type[serializers.Serializer], missing: tuple[str, ...]):
+def _instance(
+    serializer_class: type[serializers.Serializer], missing: tuple[str, ...]
+) -> serializers.Serializer:
+    """The shared instance of ``serializer_class`` without the fields ``missing``."""
     with _lock:
         serializer = _instances.get((serializer_class, missing))
         if serializer is None:
             serializer = serializer_class()
+            fields = serializer.fields  # bound once, under the lock
             for name in missing:
-                del serializer.fields[name]  # binds the others once, under the lock
-            serializer.fields  # noqa: B018 -- bind the fields once, under the lock
+                del fields[name]
             _instances[(serializer_class, missing)] = serializer
     return serializer
 
 
 def _optional_fields(serializer_class: type[serializers.Serializer]) -> tuple[str, ...]:
+    """The fields of ``serializer_class`` that a plain dict may leave out at no cost."""
     with _lock:
         found = _optional.get(serializer_class)
         if found is None:

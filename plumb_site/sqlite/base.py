@@ -260,7 +260,7 @@ class StatementCursor(utils.CursorWrapper):
     """Django's cursor wrapper, without the per-statement layers that do nothing here.
 
     Django runs each statement through its execute wrappers (a context dict
-    and a partial per wrapper, when there is none), then through a
+    even when there is none, and a partial per wrapper), then through a
     ``DatabaseErrorWrapper`` made for the statement; each ``fetchall``
     asked of it wraps the method anew. Here, with no execute wrapper
     installed, a statement checks what Django's ``_execute`` checks and runs;
