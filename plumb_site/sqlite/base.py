@@ -277,29 +277,21 @@ class StatementCursor(utils.CursorWrapper):
         if db.execute_wrappers or not apps.ready:
             return super().execute(sql, params)
         db.validate_no_broken_transaction()
-        try:
-            return self.cursor.execute(sql, params)
-        except Exception:
-            with db.wrap_database_errors:
-                raise
+        return self._guarded(self.cursor.execute, sql, params)
 
     def fetchone(self):
-        try:
-            return self.cursor.fetchone()
-        except Exception:
-            with self.db.wrap_database_errors:
-                raise
+        return self._guarded(self.cursor.fetchone)
 
     def fetchmany(self, *args, **kwargs):
-        try:
-            return self.cursor.fetchmany(*args, **kwargs)
-        except Exception:
-            with self.db.wrap_database_errors:
-                raise
+        return self._guarded(self.cursor.fetchmany, *args, **kwargs)
 
     def fetchall(self):
+        return self._guarded(self.cursor.fetchall)
+
+    def _guarded(self, call, *args, **kwargs):
+        """``call``'s answer; an error in it raised as Django's, from sqlite3's."""
         try:
-            return self.cursor.fetchall()
+            return call(*args, **kwargs)
         except Exception:
             with self.db.wrap_database_errors:
                 raise
