@@ -515,19 +515,17 @@ def _adapters(field: Field) -> dict[type, Callable[[Any, Any], Any]]:
     return {}
 
 
-class _RowPlan:
-    """Per field, what writing it takes (see ``_as_is_types``, ``_adapters``), and
-    ``params(instance, connection)``: the instance's values as ``Model.save()`` would write
-    them, those steps as one function of straight-line code.
+def _row_params(fields: Sequence[Field], connection) -> Callable[[Model, Any], list[Any]]:
+    """``params(instance, connection)``: the instance's values of ``fields`` as ``Model.save()``
+    would write them (see ``_as_is_types``, ``_adapters``), in straight-line code.
 
-    A loop over the steps costs about thirty bytecodes a field (a send writes
+    A loop over the fields costs about thirty bytecodes a field (a send writes
     some thirty fields); the function reads each attribute, tests its type
     and, only for a value not written as it is, calls ``_adapted``: about ten.
     """
-
-    def __init__(self, fields: Sequence[Field], connection) -> None:
-        self.steps = [(f, f.attname, _as_is_types(f, connection), _adapters(f)) for f in fields]
-        self.params = _compiled_params(self.steps)
+    return _compiled_params(
+        [(f, f.attname, _as_is_types(f, connection), _adapters(f)) for f in fields]
+    )
 
 
 def _adapted(field: Field, adapters: dict, instance: Model, value: Any, connection) -> Any:
@@ -577,11 +575,11 @@ class PreparedInsert:
     def __init__(self, model: type[Model]) -> None:
         self._model = model
         self._fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-        self._compiled: dict[str, tuple[str, _RowPlan]] = {}
+        self._compiled: dict[str, tuple[str, Callable[[Model, Any], list[Any]]]] = {}
         self._compiled_many: dict[tuple[str, int], str] = {}
 
     def prepare(self, using: str = "default") -> None:
-        """Build the single-row statement and its plan for ``using``, once."""
+        """Build the single-row statement and the function of its parameters for ``using``, once."""
         if using in self._compiled:
             return
         connection = connections[using]
@@ -592,7 +590,7 @@ class PreparedInsert:
         sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})"
         if connection.vendor != "sqlite":
             sql += f" RETURNING {quote(meta.pk.column)}"
-        self._compiled[using] = (sql, _RowPlan(self._fields, connection))
+        self._compiled[using] = (sql, _row_params(self._fields, connection))
 
     def statement(
         self, instances: Sequence[Model], using: str = "default"
@@ -603,7 +601,7 @@ class PreparedInsert:
         """
         connection = connections[using]
         self.prepare(using)
-        _, plan = self._compiled[using]
+        _, params_of = self._compiled[using]
         sql = self._compiled_many.get((using, len(instances)))
         if sql is None:
             quote = connection.ops.quote_name
@@ -613,7 +611,7 @@ class PreparedInsert:
                 f"INSERT INTO {quote(self._model._meta.db_table)} ({columns}) "
                 f"VALUES {', '.join([marks] * len(instances))}"
             )
-        params = [value for i in instances for value in plan.params(i, connection)]
+        params = [value for i in instances for value in params_of(i, connection)]
         return sql, params, connection.ops.quote_name(self._model._meta.pk.column)
 
     def insert(self, instance: Model, using: str = "default", cursor=None) -> None:
@@ -622,8 +620,8 @@ class PreparedInsert:
         if compiled is None:
             self.prepare(using)
             compiled = self._compiled[using]
-        sql, plan = compiled
-        params = plan.params(instance, connection)
+        sql, params_of = compiled
+        params = params_of(instance, connection)
         if cursor is None:
             with connection.cursor() as cursor:
                 instance.pk = self._execute(cursor, sql, params, connection)

@@ -859,7 +859,7 @@ def test_a_rows_parameters_are_what_save_would_write(db, model, monkeypatch):
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
     plan = PreparedInsert(model)
     plan.prepare()
-    _, row_plan = plan._compiled["default"]
+    _, params_of = plan._compiled["default"]
 
     for _, values in _write_values(model):
         ours, theirs = model(), model()
@@ -869,7 +869,7 @@ def test_a_rows_parameters_are_what_save_would_write(db, model, monkeypatch):
             setattr(theirs, name, value)
         with warnings.catch_warnings(record=True) as our_warnings:
             warnings.simplefilter("always")
-            got = row_plan.params(ours, connection)
+            got = params_of(ours, connection)
         with warnings.catch_warnings(record=True) as their_warnings:
             warnings.simplefilter("always")
             expected = [f.get_db_prep_save(f.pre_save(theirs, True), connection) for f in fields]
