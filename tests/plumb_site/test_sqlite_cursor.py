@@ -14,7 +14,7 @@ import warnings
 
 import pytest
 from django.apps import apps
-from django.db import DatabaseError, IntegrityError, OperationalError
+from django.db import IntegrityError, OperationalError
 from django.db.backends import utils
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
@@ -254,4 +254,3 @@ def test_every_error_django_wraps_on_fetching_is_wrapped_here():
     defined = {name for name in vars(StatementCursor) if name.startswith(("fetch", "next"))}
     assert defined == utils.CursorWrapper.WRAP_ERROR_ATTRS - {"nextset"}
     assert not hasattr(sqlite3.Cursor, "nextset")
-    assert issubclass(OperationalError, DatabaseError)
