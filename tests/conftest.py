@@ -1,11 +1,14 @@
 import contextlib
 import json
 import re
+import sys
+import threading
 
 import pytest
+from django.conf import settings
 from django.core import signals
 from django.core.cache import cache
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, connections
 from rest_framework.test import APIClient
 
 from tests import throwaway
@@ -26,6 +29,40 @@ def redis_url():
     (``scripts/with-redis``) or a throwaway server, started once per run."""
     with throwaway.redis_url() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's test database, which the front's threads let go of before it is dropped.
+
+    The server's front (``plumb_site/asgi.py``) runs Django in a pool of
+    threads, and commits woken reads in a thread of its own, both as long
+    as the process lives; each thread keeps its connection, as it does when
+    serving. PostgreSQL refuses to drop a database others are connected to,
+    so the test database would outlive the run with a warning.
+    """
+    yield
+    front = sys.modules.get("plumb_site.asgi")
+    if front is not None:
+        threads_close_their_connections(front.django_threads, settings.PLUMB_THREADS)
+        threads_close_their_connections(front._group_commit.executor, 1)
+
+
+def threads_close_their_connections(pool, width: int) -> None:
+    """Have each of the ``width`` threads of ``pool`` close its database connections.
+
+    Each task waits for all the others before it ends, so no thread takes
+    two and every thread of the pool takes one (the pool starts those it
+    has not started yet).
+    """
+    together = threading.Barrier(width)
+
+    def close_then_wait() -> None:
+        connections.close_all()
+        together.wait(timeout=30)
+
+    for task in [pool.submit(close_then_wait) for _ in range(width)]:
+        task.result(timeout=60)
 
 
 @pytest.fixture

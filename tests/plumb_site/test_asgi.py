@@ -21,6 +21,7 @@ from common import gate as gate_module
 from common import inturn, wake
 from common.gate import RequestGate
 from mailbox.services import note_leave
+from tests.conftest import threads_close_their_connections
 from tests.factories import SessionFactory, WorkspaceFactory
 from tests.waits import fill_but_one
 
@@ -219,11 +220,10 @@ def test_a_body_that_arrives_whole_reaches_django():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_trickling_body_holds_neither_a_thread_nor_the_gate(monkeypatch):
+def test_a_trickling_body_holds_neither_a_thread_nor_the_gate(monkeypatch, one_thread):
     """With one thread and a one-seat gate, a request whose body is still
     arriving leaves both free: another request is answered meanwhile."""
     monkeypatch.setattr(gate_module, "_gate", RequestGate(1))
-    monkeypatch.setattr(front, "django_threads", ThreadPoolExecutor(1))
 
     async def scenario() -> tuple[Client, Client]:
         stalled, more = asyncio.Event(), asyncio.Event()
@@ -307,8 +307,15 @@ async def until(condition, what: str) -> None:
 
 @pytest.fixture
 def one_thread(monkeypatch):
-    """Django gets one thread: a waiting call that held it would stop every other."""
-    monkeypatch.setattr(front, "django_threads", ThreadPoolExecutor(1))
+    """Django gets one thread: a waiting call that held it would stop every other.
+
+    Its connection is closed after the test (PostgreSQL drops the test
+    database only once nobody uses it)."""
+    threads = ThreadPoolExecutor(1)
+    monkeypatch.setattr(front, "django_threads", threads)
+    yield
+    threads_close_their_connections(threads, 1)
+    threads.shutdown()
 
 
 @pytest.fixture

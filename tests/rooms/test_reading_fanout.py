@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -28,6 +28,7 @@ from rooms import services
 from rooms.errors import UnreadMessages
 from rooms.models import Member
 from rooms.services import reading
+from tests.conftest import threads_close_their_connections
 from tests.factories import SessionFactory, WorkspaceFactory
 from tests.plumb_site.test_asgi import Client, authorized, staying, until
 from tests.races import Racer, blocked_or_done, held_at
@@ -45,9 +46,9 @@ def one_thread(monkeypatch):
     monkeypatch.setattr(front, "django_threads", threads)
     monkeypatch.setattr(front, "_in_turn", inturn.InTurn(lambda: threads, jobs=1))
     yield
-    threads.submit(connections.close_all).result()
+    threads_close_their_connections(threads, 1)
     threads.shutdown()
-    front._group_commit.executor.submit(connections.close_all).result()
+    threads_close_their_connections(front._group_commit.executor, 1)
 
 
 @pytest.fixture
