@@ -1,4 +1,5 @@
 import contextlib
+import gc
 import json
 import re
 import sys
@@ -46,6 +47,9 @@ def django_db_setup(django_db_setup):
     if front is not None:
         threads_close_their_connections(front.django_threads, settings.PLUMB_THREADS)
         threads_close_their_connections(front._group_commit.executor, 1)
+    # A thread that ended with its connection open leaves it in circles among
+    # Django's objects, closed only when the collector frees them: now.
+    gc.collect()
 
 
 def threads_close_their_connections(pool, width: int) -> None:

@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from django.db import connections
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -135,9 +136,14 @@ def test_a_waiting_long_poll_shows_in_the_gauge_until_its_note_arrives(workspace
     alice = SessionFactory(workspace=workspace, name="alice")
     bob = SessionFactory(workspace=workspace, name="bob")
     answers: list = []
-    poller = threading.Thread(
-        target=lambda: answers.append(client_for(bob).get("/api/v1/notes/?wait=10"))
-    )
+
+    def poll() -> None:
+        try:
+            answers.append(client_for(bob).get("/api/v1/notes/?wait=10"))
+        finally:
+            connections.close_all()  # this thread's
+
+    poller = threading.Thread(target=poll)
     poller.start()
     deadline = time.monotonic() + 10
     while value(scrape(), "plumb_polls_waiting") != 1:
