@@ -209,8 +209,16 @@ def _django(
             if hasattr(result, "close"):
                 result.close()  # Django's request_finished: connections are tidied here
     status, headers = started
-    encoded = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
-    return (int(status.split(" ", 1)[0]), encoded, b"".join(chunks)), writes
+    content = b"".join(chunks)
+    # The length of what is sent, stated here for every answer: the API's paths skip
+    # Django's CommonMiddleware, which states it (plumb_site/middleware.py, _BrowserOnly).
+    encoded = [
+        (lowered.encode("latin-1"), value.encode("latin-1"))
+        for name, value in headers
+        if (lowered := name.lower()) != "content-length"
+    ]
+    encoded.append((b"content-length", b"%d" % len(content)))
+    return (int(status.split(" ", 1)[0]), encoded, content), writes
 
 
 # Runs take turns in as many threads as the request gate admits

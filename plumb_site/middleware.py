@@ -15,6 +15,8 @@ from django.contrib.auth.middleware import AuthenticationMiddleware as DjangoAut
 from django.contrib.messages.middleware import MessageMiddleware as DjangoMessages
 from django.contrib.sessions.middleware import SessionMiddleware as DjangoSessions
 from django.http import HttpRequest, HttpResponse
+from django.middleware.common import CommonMiddleware as DjangoCommon
+from django.middleware.csrf import CsrfViewMiddleware as DjangoCsrf
 
 from common import metrics
 from common.errors import error_response
@@ -105,12 +107,14 @@ def is_api_path(path: str) -> bool:
 class _BrowserOnly:
     """Django's middleware for browsers, skipped on the paths agents call.
 
-    The admin (and the home page) keep sessions, the logged-in user and
-    messages. The API, MCP, ``/healthz`` and ``/metrics`` read none of them:
-    a caller there is named by its bearer credential (``mailbox.callers``),
-    never by a cookie. Building a session store, a lazy user and a message
-    store for each of their requests cost a twentieth of the cheapest one.
-    The admin's system checks find these classes, subclasses of Django's.
+    The admin (and the home page) keep sessions, the logged-in user, messages
+    and CSRF cookies. The API, MCP, ``/healthz`` and ``/metrics`` need none of
+    them: a caller there is named by its bearer credential
+    (``mailbox.callers``), never by a cookie, so no cookie can carry a forged
+    request (every view there is ``csrf_exempt`` besides). Building a session
+    store, a lazy user and a message store for each of their requests cost a
+    twentieth of the cheapest one. The admin's system checks find these
+    classes, subclasses of Django's.
     """
 
     get_response: Callable[[HttpRequest], HttpResponse]
@@ -122,6 +126,27 @@ class _BrowserOnly:
 
 
 class SessionMiddleware(_BrowserOnly, DjangoSessions):
+    pass
+
+
+class CommonMiddleware(DjangoCommon):
+    """Django's, which on the paths agents call only checks the Host header.
+
+    ``request.get_host()`` refuses a host outside ``ALLOWED_HOSTS`` (``400``
+    in the API's error shape): that check holds on every path. The rest of
+    Django's rules do nothing there (``APPEND_SLASH``, ``PREPEND_WWW`` and
+    ``DISALLOWED_USER_AGENTS`` are off), and the front states each answer's
+    ``Content-Length`` (``plumb_site/asgi.py``).
+    """
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if is_api_path(request.path_info):
+            request.get_host()
+            return self.get_response(request)
+        return super().__call__(request)
+
+
+class CsrfViewMiddleware(_BrowserOnly, DjangoCsrf):
     pass
 
 

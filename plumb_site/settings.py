@@ -150,8 +150,8 @@ MIDDLEWARE = [
     "plumb_site.middleware.ApiErrorMiddleware",
     # Django's own, skipped on the API's paths (plumb_site/middleware.py: _BrowserOnly).
     "plumb_site.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
+    "plumb_site.middleware.CommonMiddleware",
+    "plumb_site.middleware.CsrfViewMiddleware",
     "plumb_site.middleware.AuthenticationMiddleware",
     "plumb_site.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 from drf_spectacular.utils import extend_schema, inline_serializer
 from prometheus_client import REGISTRY
@@ -45,6 +46,8 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "plumb/home.html", {"links": HOME_LINKS})
 
 
+@csrf_exempt  # no cookie is read here, and only GET and HEAD are answered
+@require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
     """200 while the database answers a query, 503 otherwise; no authentication."""
     try:
@@ -58,6 +61,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+@csrf_exempt  # no cookie is read here, and only GET and HEAD are answered
 @require_safe
 def metrics(request: HttpRequest) -> HttpResponse:
     """The Prometheus exposition of ``common.metrics``, plus what is computed now.

@@ -220,6 +220,21 @@ def test_a_body_that_arrives_whole_reaches_django():
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("path", "accept"),
+    [("/api/v1/notes/", "application/json"), ("/healthz", "*/*"), ("/admin/login/", "text/html")],
+)
+def test_every_answer_states_the_length_of_its_body_once(path, accept):
+    """The API's paths skip Django's CommonMiddleware, which states it; the front does."""
+    client = run(Client([(b"", False)]), scope("GET", path, [("accept", accept)]))
+
+    body = b"".join(m.get("body", b"") for m in client.sent if m["type"] == "http.response.body")
+    lengths = [v for k, v in client.sent[0]["headers"] if k.lower() == b"content-length"]
+    assert body
+    assert lengths == [str(len(body)).encode()]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_trickling_body_holds_neither_a_thread_nor_the_gate(monkeypatch, one_thread):
     """With one thread and a one-seat gate, a request whose body is still
     arriving leaves both free: another request is answered meanwhile."""

@@ -31,3 +31,13 @@ def test_healthz_needs_no_authentication(client):
     response = client.get("/healthz", HTTP_AUTHORIZATION="Bearer nonsense")
 
     assert response.status_code == 200
+
+
+def test_healthz_answers_head_and_refuses_other_methods_in_the_error_shape(client):
+    assert client.head("/healthz").status_code == 200
+
+    response = client.post("/healthz", {}, content_type="application/json")
+
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert response["Allow"] == "GET, HEAD"
