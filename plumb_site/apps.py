@@ -20,9 +20,12 @@ class PlumbSiteConfig(AppConfig):
             checks,  # noqa: F401
             connections,
             headers,
+            pgtimes,
         )
 
         # Django's connection, and a response's missing headers, looked up
         # without an exception each time.
         connections.install()
         headers.install()
+        # PostgreSQL's timestamps read in C.
+        pgtimes.install()
