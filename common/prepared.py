@@ -729,6 +729,20 @@ class PreparedUpdate:
         return sql, params
 
 
+@functools.lru_cache(maxsize=256)
+def _with_subqueries(sql: str, count: int, subqueries: tuple[tuple[int, str, str], ...]) -> str:
+    """``sql`` with its placeholders at ``(position, part, key)`` each reading that key
+    from that part's RETURNING. The same few statements come back with every unit of
+    work, so each is written once rather than placeholder by placeholder each time."""
+    pieces = sql.split("%s")
+    if len(pieces) != count + 1:
+        raise ValueError(f"{count} parameters for {len(pieces) - 1} placeholders")
+    placeholders = ["%s"] * count
+    for position, part, key in subqueries:
+        placeholders[position] = f"(SELECT {key} FROM {part})"
+    return pieces[0] + "".join(p + piece for p, piece in zip(placeholders, pieces[1:], strict=True))
+
+
 class Ref:
     """A parameter of ``Writes``: the key of an instance that the same ``Writes`` inserts."""
 
@@ -853,23 +867,23 @@ class Writes:
         ctes, params, keys, returned = [], [], [], []
         for i, (sql, part_params, key, instance) in enumerate(self._parts):
             name = f"w{i}"
-            pieces = sql.split("%s")
-            text = [pieces[0]]
-            for value, piece in zip(part_params, pieces[1:], strict=True):
-                if isinstance(value, Ref):
-                    if id(value.instance) not in inserted:
+            at = [j for j, value in enumerate(part_params) if type(value) is Ref]
+            if at:
+                subqueries = []
+                for j in at:
+                    found = inserted.get(id(part_params[j].instance))
+                    if found is None:
                         raise ValueError("a Ref names an instance that these writes do not insert")
-                    ref_name, ref_key = inserted[id(value.instance)]
-                    text.append(f"(SELECT {ref_key} FROM {ref_name})")
-                else:
-                    text.append("%s")
-                    params.append(value)
-                text.append(piece)
+                    subqueries.append((j, *found))
+                sql = _with_subqueries(sql, len(part_params), tuple(subqueries))
+                params += [value for value in part_params if type(value) is not Ref]
+            else:
+                params += part_params
             if instance is not None:
-                text.append(f" RETURNING {key}")
+                sql = f"{sql} RETURNING {key}"
                 keys.append(f"(SELECT {key} FROM {name})")
                 returned.append(instance)
-            ctes.append(f"{name} AS ({''.join(text)})")
+            ctes.append(f"{name} AS ({sql})")
         selects = keys + [sql for sql, _ in self._selects]
         for _, select_params in self._selects:
             params.extend(select_params)

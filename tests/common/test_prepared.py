@@ -28,6 +28,7 @@ from common.prepared import (
     _faster,
     _new_plan,
     _plain,
+    _with_subqueries,
     concrete_attnames,
     from_db,
     instances_from_row,
@@ -899,3 +900,16 @@ def test_a_column_whose_name_is_no_attribute_name_is_read_with_getattr():
     steps = [(Field(), "class", (), {}), (Field(), "not-a-name", (str,), {})]
 
     assert _compiled_params(steps)(row, None) == [("prepared", 7), "as it is"]
+
+
+def test_a_part_reads_its_refs_from_their_parts_returning_in_their_places():
+    sql = "INSERT INTO t (a, b, c) VALUES (%s, %s, %s), (%s, %s, %s)"
+
+    written = _with_subqueries(sql, 6, ((1, "w0", "id"), (4, "w2", "pk")))
+
+    assert written == (
+        "INSERT INTO t (a, b, c) VALUES (%s, (SELECT id FROM w0), %s), "
+        "(%s, (SELECT pk FROM w2), %s)"
+    )
+    with pytest.raises(ValueError, match="5 parameters for 6 placeholders"):
+        _with_subqueries(sql, 5, ((1, "w0", "id"),))
