@@ -765,7 +765,8 @@ class Writes:
     one round trip where each write alone costs one (a durable send waits
     for its commit anyway; the trips before it are what the server can save).
     A write that needs the key of an earlier insert passes ``Ref(instance)``
-    for it. Elsewhere (SQLite: no data-modifying CTEs, and no round trips to
+    for it (``refs`` of ``insert`` and ``insert_many``, or among ``execute``'s
+    parameters; not to ``update``). Elsewhere (SQLite: no data-modifying CTEs, and no round trips to
     save) each write runs as it is added, on ``cursor``, and a ``Ref`` is the
     key that insert just got: one statement per write, as ``PreparedInsert``
     and ``PreparedUpdate`` run them alone.
@@ -786,9 +787,9 @@ class Writes:
         self.using = using
         self._connection = _connection_of(using, cursor)
         self.together = self._connection.vendor == "postgresql"
-        # Per part: its SQL with %s for each parameter, the parameters (a Ref
-        # among them), the key's column and the instance whose key it returns.
-        self._parts: list[tuple[str, list[Any], str, Model | None]] = []
+        # Per part: its SQL with %s for each parameter, the parameters, the key's
+        # column, the instance whose key it returns and where its Refs are.
+        self._parts: list[tuple[str, list[Any], str, Model | None, list[int]]] = []
         self._refs: list[tuple[Model, str, Model]] = []  # (instance, attname, referenced)
         self._selects: list[tuple[str, list[Any]]] = []
 
@@ -806,8 +807,8 @@ class Writes:
             prepared.insert(instance, using=self.using, cursor=self.cursor)
             return
         sql, params, key = prepared.statement([instance], self.using)
-        self._refer(prepared, [instance], params, refs)
-        self._parts.append((sql, params, key, instance))
+        at = self._refer(prepared, [instance], params, refs)
+        self._parts.append((sql, params, key, instance, at))
 
     def insert_many(
         self,
@@ -824,8 +825,8 @@ class Writes:
             prepared.insert_many(instances, using=self.using, cursor=self.cursor)
             return
         sql, params, key = prepared.statement(instances, self.using)
-        self._refer(prepared, instances, params, refs)
-        self._parts.append((sql, params, key, None))
+        at = self._refer(prepared, instances, params, refs)
+        self._parts.append((sql, params, key, None, at))
 
     def update(self, prepared: PreparedUpdate, pk: Any, *where_params: Any, **values: Any) -> None:
         """``prepared.update(pk, ...)``, as one part (its count of rows is not read)."""
@@ -833,7 +834,7 @@ class Writes:
             prepared.update(pk, *where_params, using=self.using, cursor=self.cursor, **values)
             return
         sql, params = prepared.statement([pk], where_params, self.using, values, self._connection)
-        self._parts.append((sql, params, "", None))
+        self._parts.append((sql, params, "", None, []))
 
     def execute(self, sql: str, params: Sequence[Any]) -> None:
         """Any other write: ``sql`` with ``%s`` per parameter, a ``Ref`` among them."""
@@ -846,7 +847,8 @@ class Writes:
             else:
                 self.cursor.execute(sql, params)
             return
-        self._parts.append((sql, params, "", None))
+        at = [i for i, value in enumerate(params) if type(value) is Ref]
+        self._parts.append((sql, params, "", None, at))
 
     def select(self, sql: str, params: Sequence[Any] = ()) -> None:
         """An expression for the statement's SELECT (PostgreSQL only: ``together``)."""
@@ -861,13 +863,12 @@ class Writes:
         # The part that inserts each instance: its name and its key's column.
         inserted = {
             id(instance): (f"w{i}", key)
-            for i, (_, _, key, instance) in enumerate(self._parts)
+            for i, (_, _, key, instance, _) in enumerate(self._parts)
             if instance is not None
         }
         ctes, params, keys, returned = [], [], [], []
-        for i, (sql, part_params, key, instance) in enumerate(self._parts):
+        for i, (sql, part_params, key, instance, at) in enumerate(self._parts):
             name = f"w{i}"
-            at = [j for j, value in enumerate(part_params) if type(value) is Ref]
             if at:
                 subqueries = []
                 for j in at:
@@ -876,7 +877,8 @@ class Writes:
                         raise ValueError("a Ref names an instance that these writes do not insert")
                     subqueries.append((j, *found))
                 sql = _with_subqueries(sql, len(part_params), tuple(subqueries))
-                params += [value for value in part_params if type(value) is not Ref]
+                skipped = set(at)
+                params += [v for j, v in enumerate(part_params) if j not in skipped]
             else:
                 params += part_params
             if instance is not None:
@@ -910,10 +912,11 @@ class Writes:
         instances: Sequence[Model],
         params: list[Any],
         refs: dict[str, Model] | None,
-    ) -> None:
-        """Put a ``Ref`` in ``params`` for each attribute of ``refs``, row by row."""
+    ) -> list[int]:
+        """Put a ``Ref`` in ``params`` for each attribute of ``refs``, row by row; where."""
+        at: list[int] = []
         if not refs:
-            return
+            return at
         attnames = [f.attname for f in prepared._fields]
         width = len(attnames)
         for attname, target in refs.items():
@@ -924,4 +927,6 @@ class Writes:
                     params[row * width + column] = target.pk
                     continue
                 params[row * width + column] = Ref(target)
+                at.append(row * width + column)
                 self._refs.append((instance, attname, target))
+        return sorted(at)
