@@ -327,6 +327,101 @@ def test_a_head_with_tabs_and_obs_text_in_its_values_is_read():
     assert connection_parser.headers == [(b"host", b"a"), (b"x-ok", b"a\tb \xe9")]
 
 
+# A head's lines: mostly well formed, with every way gunicorn refuses one mixed in.
+NAMES = st.sampled_from([b"Host", b"Content-Type", b"X-Ok", b"content-length", b"A"]) | HEADER_BYTES
+VALUES = st.sampled_from([b"a", b"", b" spaced\t", b"5", b"chunked", b"x" * 50]) | HEADER_BYTES
+LINES = st.one_of(
+    st.tuples(NAMES, VALUES).map(lambda nv: nv[0] + b": " + nv[1]),
+    st.tuples(NAMES, VALUES).map(lambda nv: nv[0] + b":" + nv[1]),
+    HEADER_BYTES,
+    st.sampled_from([b"No-Colon", b" Folded: a", b"Bare: a\nb", b"Cr: a\rb", b"X :a"]),
+    # About as long as a line may be (FIELD_SIZE with its CRLF).
+    st.integers(min_value=42, max_value=50).map(lambda n: b"X-Long: " + b"v" * (n - 8)),
+)
+FIELD_SIZE = 48
+
+
+def _parsed(parser_class: type, pieces: list[bytes]) -> tuple:
+    """What a parser makes of ``pieces`` fed in turn: its error, or what it read."""
+    seen: list[tuple[bytes, bytes]] = []
+    read = parser_class(
+        on_header=lambda name, value: seen.append((name, value)),
+        limit_request_fields=6,
+        limit_request_field_size=FIELD_SIZE,
+    )
+    try:
+        for piece in pieces:
+            read.feed(piece)
+    except parser.ParseError as error:
+        return ("refused", type(error), str(error), seen)
+    return (
+        "read",
+        seen,
+        read.headers,
+        read._state,
+        read.method,
+        read.path,
+        read.content_length,
+        read.is_chunked,
+        read.should_keep_alive,
+        read.is_complete,
+        bytes(read._buffer),
+    )
+
+
+@given(
+    st.lists(LINES, max_size=8),
+    st.binary(max_size=8),
+    st.integers(min_value=0, max_value=400),
+)
+def test_a_head_is_read_as_gunicorn_reads_it_whole_or_in_pieces(lines, after, cut):
+    request = b"POST /x HTTP/1.1\r\n" + b"".join(line + b"\r\n" for line in lines)
+    request += b"\r\n" + after
+    cut = min(cut, len(request))
+    for pieces in ([request], [request[:cut], request[cut:]]):
+        assert _parsed(asgi_worker._Parser, pieces) == _parsed(parser.PythonProtocol, pieces)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [b"X-Long: " + b"v" * (FIELD_SIZE - 2 - 8)],  # as long as a line may be
+        [b"X-Long: " + b"v" * (FIELD_SIZE - 1 - 8)],  # a byte longer
+        [b"A: %d" % i for i in range(6)],  # as many headers as a head may have
+        [b"A: %d" % i for i in range(7)],  # one more
+        [b"Host: a", b"Bare: a\nb"],
+        [b"Host: a", b"No-Colon"],
+        [b"Host: a", b" Folded: a"],
+        [b"Host: a", b"X :a"],
+        [b"Host: a", b"Cr: a\rb"],
+        [b"Empty:", b"Spaced: \t a b \t", b"Content-Length: 2"],
+    ],
+)
+def test_a_head_at_each_limit_is_read_as_gunicorn_reads_it_at_every_cut(lines):
+    request = b"POST /x HTTP/1.1\r\n" + b"".join(line + b"\r\n" for line in lines) + b"\r\nok"
+    for cut in range(len(request) + 1):
+        pieces = [request[:cut], request[cut:]]
+        assert _parsed(asgi_worker._Parser, pieces) == _parsed(parser.PythonProtocol, pieces), cut
+
+
+def test_a_whole_head_is_read_in_one_pass():
+    pieces = [b"GET / HTTP/1.1\r\nHost: a\r\nX-Ok: b \r\n\r\n"]
+    calls = []
+    original = parser.PythonProtocol._parse_headers
+
+    def counted(self):
+        calls.append(self)
+        return original(self)
+
+    parser.PythonProtocol._parse_headers = counted
+    try:
+        ours = _parsed(asgi_worker._Parser, pieces)
+    finally:
+        parser.PythonProtocol._parse_headers = original
+    assert ours[1] == [(b"host", b"a"), (b"x-ok", b"b")]
+    assert calls == []  # gunicorn's line-by-line reading never ran
+
+
 # --- the gunicorn names this builds on ---------------------------------------------------------
 
 
