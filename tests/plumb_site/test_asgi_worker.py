@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 from gunicorn.asgi import parser
+from gunicorn.asgi import protocol as gprotocol
 from gunicorn.asgi.protocol import ASGIProtocol
 from gunicorn.config import Config
 from gunicorn.workers import gasgi
@@ -420,6 +421,155 @@ def test_a_whole_head_is_read_in_one_pass():
         parser.PythonProtocol._parse_headers = original
     assert ours[1] == [(b"host", b"a"), (b"x-ok", b"b")]
     assert calls == []  # gunicorn's line-by-line reading never ran
+
+
+# --- answers -----------------------------------------------------------------------------------
+
+ANSWER_NAMES = st.sampled_from(
+    [b"content-type", b"allow", b"Date", b"server", b"Connection", b"transfer-encoding"]
+) | st.sampled_from([b"set-cookie", b"content-length", "X-Text", b"bad name", b"x\r\ny"])
+ANSWER_VALUES = st.sampled_from([b"application/json", b"a", b"", "t\u00e9xt", b"x\r\ny", b"5"])
+ANSWER_HEADERS = st.lists(st.tuples(ANSWER_NAMES, ANSWER_VALUES), max_size=5)
+LENGTHS = st.sampled_from([b"0", b"404", b"12345", b"4\r\n"]) | st.none()
+
+
+def _answer(head: list, length: bytes | None) -> list:
+    return head + ([] if length is None else [(b"content-length", length)])
+
+
+def _outcome(scan, headers):
+    try:
+        return scan(headers)
+    except Exception as error:
+        return type(error), str(error)
+
+
+@pytest.fixture
+def fresh_answers(monkeypatch):
+    """Empty tables, and one Date line for this test (gunicorn's changes each second)."""
+    monkeypatch.setattr(asgi_worker, "_checked", {})
+    monkeypatch.setattr(asgi_worker, "_written", {})
+    monkeypatch.setattr(gprotocol, "_get_cached_date_header", lambda: b"Date: then\r\n")
+
+
+@given(st.lists(st.tuples(ANSWER_HEADERS, LENGTHS), max_size=4))
+def test_answers_headers_are_checked_as_gunicorn_checks_them_first_time_or_again(answers):
+    asgi_worker._checked.clear()
+    for head, length in answers * 2:  # each one new, then remembered
+        headers = _answer(head, length)
+        assert _outcome(asgi_worker._scan_response_headers, headers) == _outcome(
+            asgi_worker._gunicorns_scan, headers
+        )
+
+
+def _head(send, status, headers, close, version=(1, 1)) -> bytes:
+    connection = PlumbProtocol.__new__(PlumbProtocol)
+    send(connection, status, headers, SimpleNamespace(version=version), close)
+    return connection._response_buffer
+
+
+@given(
+    st.lists(st.tuples(ANSWER_HEADERS, LENGTHS), max_size=4),
+    st.sampled_from([200, 201, 404, 599]),
+    st.booleans(),
+    st.sampled_from([(1, 1), (1, 0)]),
+)
+def test_an_answers_head_is_written_as_gunicorn_writes_it_first_time_or_again(
+    answers, status, close, version
+):
+    asgi_worker._written.clear()
+    for head, length in answers * 2:
+        headers = _answer(head, length)
+        if _outcome(asgi_worker._gunicorns_scan, headers)[0] in (
+            gprotocol.InvalidResponseHeaderName,
+            gprotocol.InvalidResponseHeader,
+        ):
+            continue  # refused before a head is written
+        ours = _head(PlumbProtocol._send_response_start, status, headers, close, version)
+        assert ours == _head(ASGIProtocol._send_response_start, status, headers, close, version)
+
+
+@pytest.mark.parametrize("close", [False, True])
+@pytest.mark.parametrize(
+    "head",
+    [
+        [(b"Server", b"plumb"), (b"content-type", b"a")],
+        [(b"content-type", b"a"), (b"date", b"Thu, 01 Jan 1970 00:00:00 GMT")],
+        [(b"Connection", b"close"), (b"allow", b"GET")],
+        [(b"connection", b"keep-alive"), (b"server", b"x"), (b"Date", b"d"), (b"x-n", b"1")],
+        [("Server", "text"), (b"x-n", b"1")],
+    ],
+)
+def test_an_answers_own_date_server_and_connection_are_kept_as_gunicorn_keeps_them(
+    fresh_answers, head, close
+):
+    headers = [*head, (b"content-length", b"2")]
+    for _ in range(2):  # written, then remembered
+        ours = _head(PlumbProtocol._send_response_start, 200, headers, close)
+        assert ours == _head(ASGIProtocol._send_response_start, 200, headers, close)
+
+
+def test_a_kind_of_answer_is_checked_and_written_once(fresh_answers):
+    head = [(b"content-type", b"application/json"), (b"allow", b"GET, POST")]
+    for length in (b"10", b"404", b"7"):
+        headers = [*head, (b"content-length", length)]
+        assert asgi_worker._scan_response_headers(headers) == (True, length, False)
+        written = _head(PlumbProtocol._send_response_start, 201, headers, False)
+        assert b"\r\ncontent-length: " + length + b"\r\nServer: " in written
+
+    assert list(asgi_worker._checked) == [tuple(head)]
+    assert [key[2] for key in asgi_worker._written] == [tuple(head)]
+
+
+def test_a_cookie_is_never_remembered_and_the_tables_are_bounded(fresh_answers):
+    cookie = [(b"set-cookie", b"sessionid=secret"), (b"content-length", b"2")]
+    asgi_worker._scan_response_headers(cookie)
+    _head(PlumbProtocol._send_response_start, 200, cookie, False)
+    assert asgi_worker._checked == {}
+    assert asgi_worker._written == {}
+
+    for n in range(asgi_worker.KEPT_HEADS + 5):
+        asgi_worker._scan_response_headers([(b"x-n", b"%d" % n), (b"content-length", b"0")])
+    assert 0 < len(asgi_worker._checked) <= asgi_worker.KEPT_HEADS
+
+
+def test_a_bad_length_after_a_kind_of_answer_is_known_is_refused_as_gunicorn_refuses_it(
+    fresh_answers,
+):
+    head = [(b"content-type", b"application/json")]
+    asgi_worker._scan_response_headers([*head, (b"content-length", b"2")])
+    bad = [*head, (b"content-length", b"2\r\nx: y")]
+
+    with pytest.raises(gprotocol.InvalidResponseHeader):
+        asgi_worker._scan_response_headers(bad)
+
+
+@given(ANSWER_HEADERS, st.integers(min_value=0, max_value=99))
+def test_an_answers_account_gives_gunicorns_headers_when_read(headers, sent):
+    ours = asgi_worker._ResponseInfo(200, headers, sent)
+    gunicorns = gprotocol.ASGIResponseInfo(200, headers, sent)
+    assert (ours.status, ours.sent, ours.headers) == (
+        gunicorns.status,
+        gunicorns.sent,
+        gunicorns.headers,
+    )
+
+
+def test_the_worker_swaps_the_names_gunicorns_protocol_answers_with(monkeypatch):
+    for name in ("_scan_response_headers", "ASGIResponseInfo"):
+        monkeypatch.setattr(gprotocol, name, getattr(gprotocol, name))
+    monkeypatch.setattr(gasgi, "ASGIProtocol", gasgi.ASGIProtocol)
+    monkeypatch.setattr(gasgi.ASGIWorker, "init_process", lambda self: None)
+
+    asgi_worker.Worker.init_process(asgi_worker.Worker.__new__(asgi_worker.Worker))
+
+    assert gprotocol._scan_response_headers is asgi_worker._scan_response_headers
+    assert gprotocol.ASGIResponseInfo is asgi_worker._ResponseInfo
+    source = inspect.getsource(gprotocol)
+    assert "_scan_response_headers(response_headers)" in source
+    assert "ASGIResponseInfo(response_status, response_headers, response_sent)" in source
+    for name in ("_get_cached_status_line", "_get_cached_date_header", "_CACHED_SERVER_HEADER"):
+        assert hasattr(gprotocol, name), name
 
 
 # --- the gunicorn names this builds on ---------------------------------------------------------
