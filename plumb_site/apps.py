@@ -20,6 +20,7 @@ class PlumbSiteConfig(AppConfig):
             checks,  # noqa: F401
             connections,
             headers,
+            lazy,
             pgtimes,
         )
 
@@ -27,5 +28,7 @@ class PlumbSiteConfig(AppConfig):
         # without an exception each time.
         connections.install()
         headers.install()
+        # Django's settings read without a Python call each time.
+        lazy.install()
         # PostgreSQL's timestamps read in C.
         pgtimes.install()
