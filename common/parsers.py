@@ -6,6 +6,7 @@ nesting deep enough to exhaust the stack. Every request body must also be a
 JSON object (SPEC §2), so anything else is refused here, once, for every view.
 """
 
+import functools
 import json
 import math
 from typing import Any
@@ -66,7 +67,7 @@ class StrictJSONParser(BaseParser):
             # An empty body on a POST means "no fields"; views validate what they need.
             return {}
         try:
-            data = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+            data = _DECODER.decode(text)
         except RecursionError:
             raise ParseError(f"JSON nested deeper than {MAX_DEPTH} levels.") from None
         except ValueError as exc:
@@ -79,10 +80,15 @@ class StrictJSONParser(BaseParser):
 
 def _check_charset(media_type: str | None) -> None:
     """JSON is UTF-8 (RFC 8259 §8.1); a client-chosen codec must not pick our decoder."""
-    _, params = parse_header_parameters(media_type or "")
-    charset = params.get("charset", "utf-8").strip().lower()
-    if charset not in {"utf-8", "utf8"}:
+    if _charset(media_type or "") not in {"utf-8", "utf8"}:
         raise UnsupportedMediaType(media_type, detail="JSON bodies must be UTF-8 encoded.")
+
+
+@functools.lru_cache(maxsize=64)
+def _charset(media_type: str) -> str:
+    """The charset a Content-Type names: clients send the same one call after call."""
+    _, params = parse_header_parameters(media_type)
+    return params.get("charset", "utf-8").strip().lower()
 
 
 def _finite_float(text: str) -> float:
@@ -90,3 +96,7 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"number {text} is out of range")
     return value
+
+
+# json.loads with these hooks would make a decoder (and its scanner) for every body.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
