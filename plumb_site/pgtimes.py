@@ -13,8 +13,8 @@ as ISO 8601 with ``+00``, which ``datetime.fromisoformat`` reads in C into
 the very value Django's loader gives (``timezone.utc`` is its time zone).
 Anything else (``infinity``, a year past 9999 or before 1, an offset other
 than zero because a session changed its time zone) goes to Django's loader,
-which answers, or refuses, as it always did. ``tests/plumb_site/test_pgtimes.py``
-holds the two to the same answers.
+which answers or refuses it. ``tests/plumb_site/test_pgtimes.py`` holds the
+two to the same answers.
 """
 
 from __future__ import annotations
