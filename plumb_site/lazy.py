@@ -10,15 +10,15 @@ single function of a served send outside the service.
 ``install`` gives ``LazySettings`` (the class of that one object) Python's
 own attribute look-up, in C. A setting read once is found in ``__dict__``;
 any other goes to ``LazySettings.__getattr__``, which reads it from the
-wrapped settings and keeps it; ``override_settings`` (a new wrapped
-object) empties what is kept, and setting or deleting one setting drops it
-(``LazySettings.__setattr__``, ``__delattr__``). What differs from Django's look-up: an attribute look-up
-of one of ``LazyObject``'s own proxy methods (``__getitem__``, ``__iter__``
-and the like, which a settings object does not have) finds the proxy rather
-than failing; implicit look-ups (``len()``, ``in``) skip
-``__getattribute__`` either way, and plumb asks for none of them. Where
-Django gives ``LazySettings`` a look-up of its own, or ``LazyObject`` a
-different one, ``install`` leaves them be.
+wrapped settings and keeps it; ``override_settings`` (a new wrapped object)
+empties what is kept, and setting or deleting one setting drops it
+(``LazySettings.__setattr__``, ``__delattr__``). What differs from Django's
+look-up: an attribute look-up of one of ``LazyObject``'s own proxy methods
+(``__getitem__``, ``__iter__`` and the like, which a settings object does
+not have) finds the proxy rather than failing; implicit look-ups (``len()``,
+``in``) skip ``__getattribute__`` either way, and plumb asks for none of
+them. Where Django gives ``LazySettings`` a look-up of its own, or
+``LazyObject`` a different one, ``install`` leaves them be.
 ``tests/plumb_site/test_lazy.py`` reads every setting both ways.
 """
 
