@@ -155,9 +155,14 @@ def test_under_a_running_loop_djangos_own_check_refuses(monkeypatch):
         with pytest.raises(SynchronousOnlyOperation, match="async context"):
             connection.cursor()
         monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        with connection.cursor() as cursor:  # Django's own way through, when allowed
-            cursor.execute("SELECT 1")
-            return cursor.fetchone()
+        try:
+            with connection.cursor() as cursor:  # Django's own way through, when allowed
+                cursor.execute("SELECT 1")
+                return cursor.fetchone()
+        finally:
+            # Under a running loop the thread's connection is another one, kept in the
+            # loop's context: closed here, or PostgreSQL keeps it until the run ends.
+            connection.close()
 
     assert asyncio.run(under_a_loop()) == (1,)
     with connection.cursor() as cursor:  # and with no loop, as always
