@@ -21,14 +21,15 @@ its ceiling, or not numbered. A session receives the "next" notes whose ids
 are at most its watermark (SPEC §3.4), so a note sent after every waiting
 session started wakes none of them: none could receive it.
 
-A topic may be *sparse* (``sparse``): few wait on its kind, and many
-publish it (every pickup of a note tells its sender's waiting
-``list_sent_notes``). A process counts its subscriptions to each sparse kind
-and announces the first and the last (``announcing``), so that the other
-processes of its host send it those publications only while it waits on
-one (``host.py``). It announces before the subscription is made, so before
-the waiter's first look: a commit whose publication missed the
-announcement is one that look already sees.
+A topic may be *sparse* (``sparse``): at most moments few processes wait
+on its kind, and it is published often (every pickup of a note tells its
+sender's waiting ``list_sent_notes``, every room send its room's readers).
+A process counts its subscriptions to each sparse kind and announces the
+first and the last (``announcing``), so that the other processes of its
+host send it those publications only while it waits on one (``host.py``).
+It announces before the subscription is made, so before the waiter's first
+look: a commit whose publication missed the announcement is one that look
+already sees.
 """
 
 from __future__ import annotations

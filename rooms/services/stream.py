@@ -144,6 +144,14 @@ def append_event(
     return event
 
 
+# What a room's events publish: "r:<room id>". Sparse (common/wake/topics.py):
+# every send publishes one, and a server process holds a room's waiting call
+# only now and then, so a send reaches only the processes of the host that
+# hold one rather than waking every other process for nothing.
+ROOM_PREFIX = "r:"
+wake.sparse(ROOM_PREFIX)
+
+
 def room_topic(room_id: int) -> str:
     """What a room's events publish, and its waiters wait on (common/wake/)."""
-    return f"r:{room_id}"
+    return f"{ROOM_PREFIX}{room_id}"

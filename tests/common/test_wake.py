@@ -233,7 +233,7 @@ def test_a_socket_left_by_a_dead_process_is_removed_with_what_it_announced(tmp_p
     sock.close()  # the file stays; nobody reads it any more
     (directory / "999999-dead.sock~t:").touch()  # it waited on sent notes (sparse topics)
 
-    wake.host.send(["r:1"])
+    wake.host.send(["n:1"])
 
     assert list(directory.iterdir()) == []
 
@@ -279,7 +279,7 @@ def test_a_burst_past_a_full_queue_is_held_back_and_sent_in_one_datagram_once_re
 ):
     settings.VAR_DIR = tmp_path
     listener = busy_listener(wake.wake_dir())
-    topics = [f"r:{i}" for i in range(3 * queue_length() + 3)]
+    topics = [f"n:{i}" for i in range(3 * queue_length() + 3)]
     try:
         for topic in topics:  # one commit each, while the listener reads nothing
             host_publish([topic])
@@ -297,7 +297,7 @@ def test_a_burst_past_a_full_queue_is_held_back_and_sent_in_one_datagram_once_re
 def test_a_publication_too_large_for_one_datagram_wakes_everything(tmp_path, settings):
     settings.VAR_DIR = tmp_path
     listener = busy_listener(wake.wake_dir())
-    topics = [f"r:{i}" for i in range(12_000)]  # some 90 kB
+    topics = [f"n:{i}" for i in range(12_000)]  # some 90 kB
     try:
         host_publish(topics)
         datagrams = receive_until(listener, {wake.WAKE_ALL})
@@ -322,7 +322,7 @@ def test_a_listener_busy_through_another_processs_burst_is_woken_for_all_of_it(t
     a busy server's is), then exits: what the listener's queue could not take
     is still delivered, all of it, once the loop reads again."""
     settings.VAR_DIR = tmp_path
-    topics = [f"r:{i}" for i in range(3 * queue_length() + 3)]
+    topics = [f"n:{i}" for i in range(3 * queue_length() + 3)]
     # SQLite, whatever this run's database: on PostgreSQL publications go by NOTIFY.
     env = {
         **{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},
@@ -377,17 +377,17 @@ def test_a_sparse_topic_goes_only_to_listeners_whose_process_waits_on_its_kind(
     announced = Path(f"{listener.getsockname()}~{sparse_kind}")
     try:
         host_publish(["s:1"])  # its process waits on no s: topic
-        host_publish(["s:2", "r:2"])
+        host_publish(["s:2", "n:2"])
         announced.touch()
         host_publish(["s:3"])
         announced.unlink()
-        host_publish(["s:4", "r:4"])
-        datagrams = receive_until(listener, {"r:2", "s:3", "r:4"})
+        host_publish(["s:4", "n:4"])
+        datagrams = receive_until(listener, {"n:2", "s:3", "n:4"})
     finally:
         listener.close()
 
     # Datagrams arrive in order: had s:1 or s:4 been sent, it would be read here.
-    assert datagrams == [["r:2"], ["s:3"], ["r:4"]]
+    assert datagrams == [["n:2"], ["s:3"], ["n:4"]]
 
 
 def test_a_process_announces_a_sparse_kind_from_before_its_first_subscription_to_after_its_last(
@@ -410,8 +410,8 @@ def test_a_process_announces_a_sparse_kind_from_before_its_first_subscription_to
         wake.topics._add = add
         try:
             states = [announced.exists()]
-            second = wake.subscribe(["s:2", "r:2"])
-            other = wake.subscribe(["r:3"])
+            second = wake.subscribe(["s:2", "n:2"])
+            other = wake.subscribe(["n:3"])
             wake.unsubscribe(first)
             states.append(announced.exists())
             wake.unsubscribe(second)
@@ -428,7 +428,7 @@ def test_a_process_announces_a_sparse_kind_from_before_its_first_subscription_to
             wake.topics._add = adding
 
     assert asyncio.run(scenario()) == [True, True, False, True, False]
-    assert seen_at_subscribing == [True, True, True]  # s:2, r:3 (announced still), s:4
+    assert seen_at_subscribing == [True, True, True]  # s:2, n:3 (announced still), s:4
     assert list(wake.wake_dir().iterdir()) == []
 
 

@@ -4,11 +4,6 @@ state, paged, and a wait that ends when one of them is picked up (SPEC §3.6).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import subprocess
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -22,6 +17,7 @@ from mailbox import services
 from mailbox.models import Note
 from tests.conftest import client_for
 from tests.factories import AgentNameFactory, SessionFactory, WorkspaceFactory
+from tests.hostwake import PROMPT, host_listener, other_process
 from tests.live import call, no_rate_limits
 from tests.mailbox.notes import NOTE_FIELDS, leave
 from tests.races import first_sleep_of
@@ -251,8 +247,6 @@ def test_a_claim_tells_every_host_in_its_read_back_without_a_statement_of_its_ow
 ):
     import psycopg
 
-    from common import wake
-
     settings.PLUMB_SEEN_WRITE_INTERVAL = 3600
     workspace = WorkspaceFactory(slug="main")
     alice = SessionFactory(workspace=workspace, name="alice")
@@ -275,62 +269,7 @@ def test_a_claim_tells_every_host_in_its_read_back_without_a_statement_of_its_ow
 # a call waiting on one: a process announces that it does, and the others send
 # it those publications only then (common/wake/topics.py, "sparse"). These
 # play the other process with a subprocess that publishes as a claim's commit
-# does, the pickup itself written without a publication.
-
-PROMPT = 10.0
-
-OTHER_PROCESS = """
-import sys
-import django
-django.setup()
-import mailbox.wakeups  # as in a server: sent-notes topics are sparse
-from common import wake
-from common.pause import set_hook
-
-def held():
-    print("scanned", flush=True)
-    sys.stdin.readline()
-
-if sys.argv[1] == "held":
-    set_hook("wake.host.scanned", held)
-wake.host.send(sys.argv[2:])
-print("sent", flush=True)
-"""
-
-
-def other_process(tmp_path, topics: list[str], *, held: bool = False) -> subprocess.Popen:
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},
-        "DJANGO_SETTINGS_MODULE": "plumb_site.settings",
-        "PLUMB_VAR_DIR": str(tmp_path),
-    }
-    return subprocess.Popen(
-        [sys.executable, "-c", OTHER_PROCESS, "held" if held else "now", *topics],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-
-
-@contextlib.contextmanager
-def host_listener():
-    """This process listening for the host's publications, as a server process does."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    async def start() -> wake.host.Listener:
-        return wake.host.Listener(asyncio.get_running_loop())
-
-    listener = asyncio.run_coroutine_threadsafe(start(), loop).result(PROMPT)
-    try:
-        yield listener
-    finally:
-        loop.call_soon_threadsafe(listener.close)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(PROMPT)
-        loop.close()
+# does, the pickup itself written without a publication (tests/hostwake.py).
 
 
 class SentWait(threading.Thread):

@@ -11,6 +11,7 @@ answers in time did so for the reason the test names.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -28,8 +29,10 @@ from rooms import services
 from rooms.errors import NotAMember, RoomNotFound
 from rooms.models import Member, Room
 from rooms.selectors import member_get_for_operator
+from rooms.services.stream import ROOM_PREFIX, room_topic
 from tests.factories import SessionFactory, WorkspaceFactory
-from tests.races import first_sleep_of
+from tests.hostwake import host_listener, other_process
+from tests.races import first_sleep_of, held_at
 from tests.waits import fill_but_one, wait_elsewhere
 
 LONG = 60.0  # what each waiting call asks to wait
@@ -219,6 +222,92 @@ def test_a_refused_room_wait_answers_at_once_and_supersedes_nothing(agents, slug
     assert not older.answered.wait(QUIET)
     note_leave(agents["bob"], to="carol", body="still listening")
     assert [note.body for note in older.result()] == ["still listening"]
+
+
+# --- a send in another process of this host (SQLite's datagrams) -------------------------
+#
+# A room's topic is sparse (rooms/services/stream.py): a send reaches only the
+# processes of the host that announce they hold a call waiting on a room. The
+# other process is a subprocess publishing as a send's commit does, the send
+# itself committed here with no publication (tests/hostwake.py).
+
+
+def sent_unpublished(session: Session, body: str, monkeypatch) -> None:
+    with monkeypatch.context() as patched:
+        patched.setattr(wake, "publish", lambda topics, **kwargs: None)
+        services.message_send(session, "general", body=body)
+
+
+def general_topic() -> str:
+    return room_topic(Room.objects.get(slug="general").pk)
+
+
+def test_a_room_wait_asleep_is_woken_by_a_send_in_another_process(
+    agents, tmp_path, settings, monkeypatch
+):
+    settings.VAR_DIR = tmp_path
+    alice, bob = agents["alice"], agents["bob"]
+
+    with host_listener():
+        waiter = start(alice, read_waiting())
+        sent_unpublished(bob, "from afar", monkeypatch)
+        assert not waiter.answered.wait(QUIET)  # nothing here published it
+        sender = other_process(tmp_path, [general_topic()])
+        assert sender.communicate(timeout=60) == ("sent\n", None)
+        assert waiter.answered.wait(PROMPT)
+
+    assert bodies(waiter.result()) == ["from afar"]
+
+
+def test_a_room_wait_between_its_look_and_its_sleep_is_woken_by_a_send_scanned_then(
+    agents, tmp_path, settings, monkeypatch
+):
+    """The other process lists the listeners after this call's look found
+    nothing and before it sleeps: the call announced its wait before that look,
+    so the scan finds it and the datagram wakes it."""
+    settings.VAR_DIR = tmp_path
+    alice, bob = agents["alice"], agents["bob"]
+
+    with host_listener(), held_at("poll.asleep") as looked:
+        waiter = Waiter(alice, read_waiting())
+        waiter.start()
+        looked.wait_reached()
+        sent_unpublished(bob, "between", monkeypatch)
+        sender = other_process(tmp_path, [general_topic()])
+        assert sender.communicate(timeout=60) == ("sent\n", None)
+        looked.release()
+        assert waiter.answered.wait(PROMPT)
+
+    assert bodies(waiter.result()) == ["between"]
+
+
+def test_a_send_reaches_only_the_processes_of_the_host_that_wait_on_a_room(
+    agents, tmp_path, settings
+):
+    """A process holding no room's waiting call is not woken by every send."""
+    settings.VAR_DIR = tmp_path
+    directory = wake.wake_dir()
+    directory.mkdir(mode=0o700)
+    # Another process's socket, read only by the test; its announcement file says
+    # whether it waits on a room (as that process's subscriptions would write it).
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(directory / "1-other.sock"))
+    listener.settimeout(PROMPT)
+    announced = directory / f"1-other.sock~{ROOM_PREFIX}"
+    topic, name = general_topic(), f"n:{agents['alice'].name_id}"
+    try:
+        for room_waiter in (False, True, False):
+            if room_waiter:
+                announced.touch()
+            else:
+                announced.unlink(missing_ok=True)
+            # Each send's publication, with a note's topic that goes everywhere.
+            wake.host.send([topic, name])
+        datagrams = [sorted(listener.recv(65536).decode().split(" ")) for _ in range(3)]
+    finally:
+        listener.close()
+
+    assert datagrams == [[name], sorted([topic, name]), [name]]
 
 
 # --- wait_for_activity ---------------------------------------------------------------------
