@@ -4,7 +4,8 @@ A sparse topic (``common/wake/topics.py``) reaches only the processes of the
 host that announce they wait on its kind. These helpers let a test be one
 such process (``host_listener``) while a subprocess publishes as another's
 commit does (``other_process``), so the announcement, the scan that reads
-it and the datagram are the real ones. The rows a test's publication stands
+it and the datagram are the real ones; ``busy_listener`` is a socket of another
+process that reads nothing until the test reads it. The rows a test's publication stands
 for are written in the test's own process, with no publication of their own.
 """
 
@@ -13,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 from common import wake
 
@@ -77,3 +80,12 @@ def host_listener() -> Iterator[wake.host.Listener]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(PROMPT)
         loop.close()
+
+
+def busy_listener(directory: Path) -> socket.socket:
+    """A listener's socket that reads nothing until the test reads it."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(directory / "1-busy.sock"))
+    sock.settimeout(PROMPT)
+    return sock

@@ -21,6 +21,7 @@ from django.db import connection, transaction
 from prometheus_client import REGISTRY
 
 from common import wake
+from tests.hostwake import busy_listener
 
 PROMPT = 10.0
 
@@ -252,15 +253,6 @@ def queue_length() -> int:
 def host_publish(topics: list[str]) -> None:
     """One commit's publication to the other listeners of this host, as ``publish`` sends it."""
     wake.host.send(topics)
-
-
-def busy_listener(directory: Path) -> socket.socket:
-    """A listener's socket that reads nothing until the test reads it."""
-    directory.mkdir(mode=0o700, exist_ok=True)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(directory / "1-busy.sock"))
-    sock.settimeout(PROMPT)
-    return sock
 
 
 def receive_until(sock: socket.socket, expected: set[str]) -> list[list[str]]:

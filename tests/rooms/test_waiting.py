@@ -11,10 +11,10 @@ answers in time did so for the reason the test names.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +31,7 @@ from rooms.models import Member, Room
 from rooms.selectors import member_get_for_operator
 from rooms.services.stream import ROOM_PREFIX, room_topic
 from tests.factories import SessionFactory, WorkspaceFactory
-from tests.hostwake import host_listener, other_process
+from tests.hostwake import busy_listener, host_listener, other_process
 from tests.races import first_sleep_of, held_at
 from tests.waits import fill_but_one, wait_elsewhere
 
@@ -286,14 +286,10 @@ def test_a_send_reaches_only_the_processes_of_the_host_that_wait_on_a_room(
 ):
     """A process holding no room's waiting call is not woken by every send."""
     settings.VAR_DIR = tmp_path
-    directory = wake.wake_dir()
-    directory.mkdir(mode=0o700)
     # Another process's socket, read only by the test; its announcement file says
     # whether it waits on a room (as that process's subscriptions would write it).
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    listener.bind(str(directory / "1-other.sock"))
-    listener.settimeout(PROMPT)
-    announced = directory / f"1-other.sock~{ROOM_PREFIX}"
+    listener = busy_listener(wake.wake_dir())
+    announced = Path(f"{listener.getsockname()}~{ROOM_PREFIX}")
     topic, name = general_topic(), f"n:{agents['alice'].name_id}"
     try:
         for room_waiter in (False, True, False):
