@@ -105,6 +105,8 @@ from gunicorn.workers import gasgi
 
 from common.errors import error_body
 from common.logs import BoundedLog
+from plumb_site import accept
+from plumb_site.accept import Seat
 
 CODES = {
     400: "bad_request",
@@ -161,12 +163,17 @@ class Connections:
     metrics folder does not exist yet when gunicorn's master imports this.
     """
 
-    def __init__(self, limit: int, *, open_gauge: Any, closed_counter: Any) -> None:
+    def __init__(
+        self, limit: int, *, open_gauge: Any, closed_counter: Any, seat: Seat | None = None
+    ) -> None:
         self.limit = limit
         self._held: set[Held] = set()
         self._waiting: dict[Held, None] = {}  # in the order they started waiting
         self._open = open_gauge
         self._closed = {reason: closed_counter.labels(reason) for reason in CLOSE_REASONS}
+        # Where the other workers read how many this one holds: a connection
+        # counts there from its accept (plumb_site/accept.py) until released here.
+        self._seat = seat
 
     def __len__(self) -> int:
         return len(self._held)
@@ -176,6 +183,8 @@ class Connections:
         if len(self._held) >= self.limit:
             idle = self._oldest_idle()
             if idle is None:
+                if self._seat is not None:
+                    self._seat.closed()  # refused: the worker holds it no more
                 return False
             self.release(idle)
             idle.shed()
@@ -210,6 +219,8 @@ class Connections:
             self._held.remove(connection)
             self._waiting.pop(connection, None)
             self._open.dec()
+            if self._seat is not None:
+                self._seat.closed()
 
     def count_closed(self, reason: str) -> None:
         """Count a connection the server closed before its request (``CLOSE_REASONS``)."""
@@ -597,6 +608,11 @@ class Worker(gasgi.ASGIWorker):
         create_server = self.loop.create_server
 
         async def create_server_keeping_the_backlog(*args: Any, sock: Any, **kwargs: Any) -> Any:
+            if self.seat is not None:
+                # Each connection to the worker that holds fewest (plumb_site/accept.py).
+                factory, ssl = args[0], kwargs.get("ssl")
+                failed = self._accept_failed
+                return accept.Acceptor(self.loop, sock, factory, self.seat, ssl=ssl, failed=failed)
             server = await create_server(*args, sock=sock, **kwargs)
             # asyncio listens again on gunicorn's socket, with a backlog of
             # 100: past 100 connections not yet accepted the kernel drops new
@@ -614,6 +630,9 @@ class Worker(gasgi.ASGIWorker):
 
         from common import metrics
 
+        # The slot gunicorn's master gave this worker (gunicorn_config.pre_fork),
+        # taken now that the application is loaded and the worker about to accept.
+        self.seat = accept.seat(getattr(self, "plumb_slot", None))
         wanted = settings.PLUMB_MAX_CONNECTIONS
         limit = fit_file_limit(wanted)
         if limit < wanted:
@@ -628,6 +647,7 @@ class Worker(gasgi.ASGIWorker):
             limit,
             open_gauge=metrics.CONNECTIONS_OPEN,
             closed_counter=metrics.CONNECTIONS_CLOSED,
+            seat=self.seat,
         )
         self.header_timeout = settings.PLUMB_HEADER_TIMEOUT
         self.shed_log = BoundedLog(self.log.warning)
@@ -640,6 +660,9 @@ class Worker(gasgi.ASGIWorker):
         # asyncio reports each failed accept() with a traceback, up to 100
         # times a turn; one line now and then says as much.
         if context.get("message") == ACCEPT_FAILED:
-            self.accept_log("accept() failed: %s", context.get("exception"))
+            self._accept_failed(context.get("exception"))
             return
         loop.default_exception_handler(context)
+
+    def _accept_failed(self, exc: BaseException | None) -> None:
+        self.accept_log("accept() failed: %s", exc)

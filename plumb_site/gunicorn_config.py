@@ -48,6 +48,7 @@ from django.core.exceptions import ImproperlyConfigured
 from gunicorn import glogging
 
 from common.logs import JsonFormatter
+from plumb_site import accept
 from plumb_site.checks import sqlite_fts5_missing
 
 try:
@@ -72,11 +73,20 @@ METRICS_DIR = Path(
 
 
 def on_starting(server: object) -> None:
-    """Empty the metrics folder of an earlier run's files (only those: it may be shared)."""
+    """Empty the metrics folder of an earlier run's files (only those: it may be shared);
+    open the board on which the workers even out their connections (``plumb_site/accept.py``)."""
     METRICS_DIR.mkdir(parents=True, exist_ok=True)
     for stale in METRICS_DIR.glob("*.db"):
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
+    accept.open_board()
+
+
+def pre_fork(server, worker) -> None:
+    """The worker about to be forked gets a slot of the board."""
+    if accept.BOARD is not None:
+        taken = (getattr(other, "plumb_slot", None) for other in server.WORKERS.values())
+        worker.plumb_slot = accept.BOARD.claim(taken)
 
 
 def when_ready(server) -> None:
@@ -93,10 +103,12 @@ def on_exit(server: object) -> None:
 
 
 def child_exit(server: object, worker: object) -> None:
-    """A worker is gone: its waiting polls are not waiting any more."""
+    """A worker is gone: its waiting polls wait no more, its connections are closed."""
     from prometheus_client import multiprocess  # imported once the folder is set
 
     multiprocess.mark_process_dead(worker.pid, path=str(METRICS_DIR))
+    if accept.BOARD is not None:
+        accept.BOARD.free(getattr(worker, "plumb_slot", None))
 
 
 class _AccessFields(logging.Filter):

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from common.logs import BoundedLog
 from plumb_site import asgi_worker
+from plumb_site.accept import Board
 from plumb_site.asgi_worker import SHED_SCAN, Connections, PlumbProtocol, fit_file_limit
 
 
@@ -154,6 +155,27 @@ def test_a_released_connection_frees_its_place_once():
     assert held.admit(Connection("next"))
     assert gauge.value == 1
     assert gone.shed_count == 0
+
+
+def test_a_connection_leaves_the_board_when_released_shed_or_refused():
+    board = Board(slots=2)
+    seat = board.seat(board.claim([]))
+    held = Connections(2, open_gauge=Count(), closed_counter=Counter(), seat=seat)
+    first, second, third, fourth = (Connection(name) for name in ("1", "2", "3", "4"))
+    for _ in range(4):
+        seat.opened()  # each counted from its accept (plumb_site/accept.py)
+    held.admit(first)
+    held.admit(second)
+    held.busy(second)
+    held.admit(third)  # the oldest idle one (first) makes room
+    assert board.read(0)[1] == 3
+    held.busy(third)
+    assert not held.admit(fourth)  # every one held is busy: refused
+    assert board.read(0)[1] == 2
+    held.release(second)
+    held.release(second)  # connection_lost after the worker let it go
+    held.release(first)  # connection_lost of the one shed
+    assert board.read(0)[1] == 1
 
 
 def test_connections_closed_are_counted_by_reason():
