@@ -41,6 +41,11 @@ plumb's gunicorn speaks):
   it keeps in reserve, and reports nothing; the files the cap leaves spare
   keep it from happening in the first place.)
 
+**Even shares.** Given a slot of the master's board (``gunicorn_config.pre_fork``),
+the worker accepts its connections itself, leaving each new one to a worker
+that holds fewer (``plumb_site/accept.py``), instead of through
+``create_server``; its ``Connections`` tell the board when one goes.
+
 **A client that leaves before its answer** is logged ``499``: gunicorn drops
 whatever the application sends once the connection is gone, and logs the
 request as its own ``500``.
