@@ -131,6 +131,11 @@ class Seat:
         self.held -= 1
         self._publish()
 
+    def leave(self) -> None:
+        """This worker accepts no more (it is shutting down): nobody waits for it."""
+        self._pid = 0
+        self._publish()
+
     def others_hold_fewer(self) -> bool:
         """Whether some other live worker holds fewer connections than this one."""
         for index in range(self.board.used()):
@@ -183,6 +188,7 @@ class Acceptor:
     def close(self) -> None:
         self._closed = True
         self._unwatch()
+        self._seat.leave()
         if self._retry is not None:
             self._retry.cancel()
 

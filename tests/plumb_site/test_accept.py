@@ -260,11 +260,12 @@ def test_an_accept_out_of_files_is_reported_and_tried_again_later(loop, listener
         client.close()
 
 
-def test_a_closed_acceptor_takes_nothing_more(loop, listener):
+def test_a_closed_acceptor_takes_nothing_more_and_is_waited_for_no_more(loop, listener):
     board = board_with(1)
     worker = Worker(loop, listener, board, 0)
     worker.acceptor.close()
     assert not worker.acceptor.is_serving()
+    assert board.read(0)[0] == 0  # the other workers wait for it no more
     client = socket.create_connection(listener.getsockname())
     try:
         loop.run_until_complete(asyncio.sleep(0.05))
