@@ -12,16 +12,15 @@ PostgreSQL, a send phase whose eight connections landed 8 and 0 ran at
 
 So the workers share a table, the ``Board``: for each live worker, how many
 connections it holds, from the moment it accepts one, and how many it ever
-accepted. When the socket is readable, a
-worker accepts only if no other live worker holds fewer. Otherwise it stops
-watching the socket for ``YIELD_SECONDS`` and the other worker, woken by the
-same readiness, takes the connection; then it looks again. Each worker
-counts a connection the moment it accepts it, so the workers take turns,
-and no worker ever holds two more than another from what it accepted. If
-no worker accepts anything for ``PATIENCE_SECONDS`` while a connection
-waits (the one that holds fewer is busy, stopped or exiting), the worker
-that was leaving it takes it: that is the longest a connection waits. The
-worker that holds fewest never waits.
+accepted. When the socket is readable, a worker accepts only if no other
+live worker holds fewer. Otherwise it stops watching the socket for
+``YIELD_SECONDS``, the other worker, woken by the same readiness, takes the
+connection, and then it looks again. Each worker counts a connection the
+moment it accepts it, so in a burst the workers take turns and neither
+takes two more than the other. If no worker accepts anything for
+``PATIENCE_SECONDS`` while a connection waits (the one that holds fewer is
+busy, stopped or exiting), the worker that was leaving it takes it: that is
+the longest a connection waits. The worker that holds fewest never waits.
 
 The board is an anonymous shared mapping. gunicorn's master creates it
 before it forks the first worker (``gunicorn_config.on_starting``), and
