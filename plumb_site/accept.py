@@ -277,8 +277,13 @@ def open_board() -> Board:
     return BOARD
 
 
-def seat(slot: int | None) -> Seat | None:
-    """This worker's seat on the board it inherited, if its master gave it a slot."""
-    if BOARD is None or slot is None:
+def seat(slot: int | None, *, own_socket: bool = False) -> Seat | None:
+    """This worker's seat on the board it inherited, if its master gave it a slot.
+
+    None as well for a worker with a listening socket of its own (gunicorn's
+    ``reuse_port``): the kernel shares connections between such sockets, and
+    one left in this worker's socket is never another worker's to take.
+    """
+    if BOARD is None or slot is None or own_socket:
         return None
     return BOARD.seat(slot)

@@ -637,7 +637,9 @@ class Worker(gasgi.ASGIWorker):
 
         # The slot gunicorn's master gave this worker (gunicorn_config.pre_fork),
         # taken now that the application is loaded and the worker about to accept.
-        self.seat = accept.seat(getattr(self, "plumb_slot", None))
+        self.seat = accept.seat(
+            getattr(self, "plumb_slot", None), own_socket=bool(self.cfg.reuse_port)
+        )
         wanted = settings.PLUMB_MAX_CONNECTIONS
         limit = fit_file_limit(wanted)
         if limit < wanted:

@@ -121,6 +121,15 @@ def _hold_three(board: Board) -> None:
         seat.opened()
 
 
+def test_a_worker_has_a_seat_only_on_its_masters_board_and_a_shared_socket(monkeypatch):
+    monkeypatch.setattr(accept, "BOARD", None)
+    assert accept.seat(0) is None  # started without plumb's gunicorn configuration
+    board = accept.open_board()
+    assert accept.seat(None) is None  # past the board's slots
+    assert accept.seat(0, own_socket=True) is None  # gunicorn's reuse_port
+    assert accept.seat(0).board is board
+
+
 def test_a_forked_worker_writes_where_its_master_and_siblings_read():
     board = board_with(2)
     child = multiprocessing.get_context("fork").Process(target=_hold_three, args=(board,))
