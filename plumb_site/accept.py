@@ -7,8 +7,8 @@ of the first one awake takes every connection waiting at that moment, so a
 burst (eight agents starting at once) lands on one process. Clients keep
 their connections (keep-alive, long-polls), so that process then serves
 them all on one core while the other idles: in ``make bench`` on
-PostgreSQL, a send phase whose eight connections landed 8 and 0 ran at
-593/s, one that landed 4 and 4 at 784/s (docs/internals.md).
+PostgreSQL, a send phase whose eight connections land 8 and 0 runs about a
+quarter slower than one that lands 4 and 4 (figures in docs/internals.md).
 
 So the workers share a table, the ``Board``: for each live worker, how many
 connections it holds, from the moment it accepts one, and how many it ever

@@ -4,9 +4,10 @@ A sparse topic (``common/wake/topics.py``) reaches only the processes of the
 host that announce they wait on its kind. These helpers let a test be one
 such process (``host_listener``) while a subprocess publishes as another's
 commit does (``other_process``), so the announcement, the scan that reads
-it and the datagram are the real ones; ``busy_listener`` is a socket of another
-process that reads nothing until the test reads it. The rows a test's publication stands
-for are written in the test's own process, with no publication of their own.
+it and the datagram are the real ones; ``busy_listener`` is a socket of
+another process that reads nothing until the test reads it. The rows a
+test's publication stands for are written in the test's own process, with
+no publication of their own.
 """
 
 from __future__ import annotations
