@@ -103,6 +103,20 @@ def run_until(loop, done) -> None:
     loop.run_until_complete(asyncio.wait_for(wait(), DEADLINE))
 
 
+def recorded_waits(monkeypatch) -> list[float]:
+    """Each wait an ``Acceptor`` takes, in seconds, as it takes it.
+
+    Recorded rather than failed inside the loop's callback, where an error
+    is only logged.
+    """
+    waits: list[float] = []
+    pause = Acceptor._pause
+    monkeypatch.setattr(
+        Acceptor, "_pause", lambda self, seconds: (waits.append(seconds), pause(self, seconds))
+    )
+    return waits
+
+
 def test_the_master_gives_each_worker_a_free_slot_and_takes_it_back():
     board = Board(slots=4)
     assert board.claim([]) == 0
@@ -188,11 +202,7 @@ def test_a_connection_no_other_worker_takes_is_taken_after_the_wait(loop, listen
     board.seat(1)  # a live worker that holds nothing and never accepts (busy, or stopped)
     worker = Worker(loop, listener, board, 0)
     worker.seat.opened()  # it holds one already
-    waits = []
-    pause = Acceptor._pause
-    monkeypatch.setattr(
-        Acceptor, "_pause", lambda self, seconds: (waits.append(seconds), pause(self, seconds))
-    )
+    waits = recorded_waits(monkeypatch)
     clients = connect(listener, 2)
     try:
         run_until(loop, lambda: len(worker.taken) == 2)
@@ -227,12 +237,7 @@ def test_the_worker_that_holds_fewest_accepts_at_once(loop, listener, monkeypatc
     for _ in range(3):
         busier.opened()
     worker = Worker(loop, listener, board, 0)
-    # Recorded, not failed inside the loop's callback, where an error is only logged.
-    waits = []
-    pause = Acceptor._pause
-    monkeypatch.setattr(
-        Acceptor, "_pause", lambda self, seconds: (waits.append(seconds), pause(self, seconds))
-    )
+    waits = recorded_waits(monkeypatch)
     clients = connect(listener, 3)
     try:
         run_until(loop, lambda: len(worker.taken) == 3)
