@@ -202,6 +202,9 @@ def database_config() -> dict:
         # One per test process, so that concurrent runs do not trample each other.
         config["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
     elif config["ENGINE"] == "django.db.backends.postgresql":
+        # Django's, checking a kept connection without a round trip when it can
+        # (plumb_site/postgresql/__init__.py).
+        config["ENGINE"] = "plumb_site.postgresql"
         config["CONN_HEALTH_CHECKS"] = True
         # Parameters travel apart from the SQL, and psycopg prepares a
         # statement the second time a connection runs it (Django turns
