@@ -4,7 +4,7 @@
 before the first statement of each request, so that a connection the
 server closed while it sat idle (a restart, ``pg_terminate_backend``, an
 idle timeout) is opened again rather than failing the request. That is a
-round trip per request: on this host about 65 µs of the client's CPU, and
+round trip per request: on this host 28–70 µs of the client's CPU, and
 PostgreSQL's backend's to answer it, close to a tenth of the floor's CPU
 (``docs/internals.md``).
 
