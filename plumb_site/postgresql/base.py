@@ -5,10 +5,7 @@ from __future__ import annotations
 import select
 
 from django.db.backends.postgresql import base
-from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-if is_psycopg3:
-    from psycopg.pq import TransactionStatus
+from psycopg.pq import TransactionStatus
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
@@ -16,11 +13,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         connection = self.connection
         if connection is None or connection.closed:
             return False
-        if (
-            not is_psycopg3
-            or self.errors_occurred
-            or connection.info.transaction_status != TransactionStatus.IDLE
-        ):
+        if self.errors_occurred or connection.info.transaction_status != TransactionStatus.IDLE:
             return super().is_usable()
         # poll, not select: a process holding many client sockets has descriptors past
         # select's limit. Any event at all (data, hang-up, error) is for SELECT 1 to judge.

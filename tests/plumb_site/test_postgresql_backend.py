@@ -10,6 +10,7 @@ import pytest
 from django.db import ProgrammingError, close_old_connections, connection, connections
 from django.db.backends.postgresql import base as djangos_backend
 
+from common import wake
 from plumb_site.postgresql import base as plumbs_backend
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.django_db(transaction=True)]
@@ -28,15 +29,9 @@ def next_request() -> int:
 
 
 def other_connection() -> psycopg.Connection:
-    settings = connection.settings_dict
-    return psycopg.connect(
-        dbname=settings["NAME"],
-        user=settings["USER"] or None,
-        password=settings["PASSWORD"] or None,
-        host=settings["HOST"] or None,
-        port=settings["PORT"] or None,
-        autocommit=True,
-    )
+    """A connection of its own to the same database, as the wake-up listener opens one."""
+    params = wake.postgres._listen_params("default")
+    return psycopg.connect(**{**params, "application_name": "plumb-test"})
 
 
 def until_readable() -> None:
