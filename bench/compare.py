@@ -111,26 +111,42 @@ def compare(args: argparse.Namespace, pg_url: str | None) -> int:
             for server in servers.values():
                 bench.stop_server(server)
 
+    summaries = {
+        name: (bench.summarise(results["A"][name]), bench.summarise(results["B"][name]))
+        for name in results["A"]
+    }
+    # The cluster's CPU beside the server's, where it runs on this machine (PostgreSQL).
+    database = bool(summaries) and all(
+        side["database_cpu_ms_per_op"] is not None for pair in summaries.values() for side in pair
+    )
     rows = []
     report = {}
-    for name in results["A"]:
-        a = bench.summarise(results["A"][name])
-        b = bench.summarise(results["B"][name])
+    for name, (a, b) in summaries.items():
         qa = queries["A"].get(name, {}).get("queries", "-")
         qb = queries["B"].get(name, {}).get("queries", "-")
         report[name] = {"A": a, "B": b, "queries": {"A": qa, "B": qb}}
         rows.append(
             f"| {name} | {a['throughput']:.0f} | {b['throughput']:.0f} "
             f"| {b['throughput'] / a['throughput']:.2f} | {a['p50_ms']:.2f} | {b['p50_ms']:.2f} "
-            f"| {a['server_cpu_ms_per_op']:.2f} | {b['server_cpu_ms_per_op']:.2f} | {qa} → {qb} |"
+            f"| {a['server_cpu_ms_per_op']:.2f} | {b['server_cpu_ms_per_op']:.2f} "
+            + (
+                f"| {a['database_cpu_ms_per_op']:.2f} | {b['database_cpu_ms_per_op']:.2f} "
+                if database
+                else ""
+            )
+            + f"| {qa} → {qb} |"
         )
     table = "\n".join(
         [
             f"A = {sides['A'].app_dir}, B = {sides['B'].app_dir}; median of {args.rounds} rounds",
             "",
             "| operation | A ops/s | B ops/s | B/A | A p50 ms | B p50 ms | A CPU ms/op "
-            "| B CPU ms/op | queries |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+            "| B CPU ms/op "
+            + ("| A PostgreSQL CPU ms/op | B PostgreSQL CPU ms/op " if database else "")
+            + "| queries |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"
+            + ("---:|---:|" if database else "")
+            + "---|",
             *rows,
         ]
     )

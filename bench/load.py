@@ -66,6 +66,8 @@ class PhaseResult:
     first_error: str = ""
     server_cpu: float = 0.0
     server_sys: float = 0.0
+    # The PostgreSQL cluster's CPU over the phase, where it runs on this machine.
+    database_cpu: float | None = None
 
     @property
     def throughput(self) -> float:
@@ -147,12 +149,14 @@ def run_phase(
         t.start()
     barrier.wait()
     user_before, sys_before = server.worker_cpu_split()
+    database_before = server.database_cpu_seconds()
     started = time.perf_counter()
     for t in threads:
         t.join()
     seconds = time.perf_counter() - started
     flat = [x for per in latencies for x in per]
     user_after, sys_after = server.worker_cpu_split()
+    database_after = server.database_cpu_seconds()
     return PhaseResult(
         completed=len(flat),
         errors=len(errors),
@@ -161,6 +165,11 @@ def run_phase(
         first_error=errors[0] if errors else "",
         server_cpu=user_after + sys_after - user_before - sys_before,
         server_sys=sys_after - sys_before,
+        database_cpu=(
+            None
+            if database_before is None or database_after is None
+            else database_after - database_before
+        ),
     )
 
 
@@ -187,7 +196,12 @@ def _expect(status: int, data: bytes, want: int) -> str:
     return ""
 
 
+def _per_op_ms(seconds: float | None, completed: int) -> float:
+    return (seconds or 0.0) / completed * 1000 if completed else 0.0
+
+
 def summarise(results: list[PhaseResult]) -> dict[str, Any]:
+    database = [r for r in results if r.database_cpu is not None]
     return {
         "throughput": round(statistics.median(r.throughput for r in results), 1),
         # Unrounded, for the targets: 0.497 is not 0.5.
@@ -195,16 +209,16 @@ def summarise(results: list[PhaseResult]) -> dict[str, Any]:
         "p50_ms": round(statistics.median(r.percentile(50) for r in results) * 1000, 2),
         "p99_ms": round(statistics.median(r.percentile(99) for r in results) * 1000, 2),
         "server_cpu_ms_per_op": round(
-            statistics.median(
-                r.server_cpu / r.completed * 1000 if r.completed else 0 for r in results
-            ),
-            2,
+            statistics.median(_per_op_ms(r.server_cpu, r.completed) for r in results), 2
         ),
         "server_sys_ms_per_op": round(
-            statistics.median(
-                r.server_sys / r.completed * 1000 if r.completed else 0 for r in results
-            ),
-            2,
+            statistics.median(_per_op_ms(r.server_sys, r.completed) for r in results), 2
+        ),
+        # PostgreSQL's side of each call, where the cluster runs on this machine.
+        "database_cpu_ms_per_op": (
+            round(statistics.median(_per_op_ms(r.database_cpu, r.completed) for r in database), 2)
+            if len(database) == len(results) and results
+            else None
         ),
         "rounds": [
             {

@@ -201,9 +201,14 @@ def markdown(result: dict[str, Any]) -> str:
         f"{meta['clients']} clients · median of {meta['rounds']} "
         f"rounds x {meta['requests']} requests · load average before {meta['loadavg_before']}",
         "",
+    ]
+    # PostgreSQL's own CPU, where its cluster runs on the bench's machine: a call's
+    # statements and round trips cost it as well as the server.
+    database = bool(ops) and all(f.get("database_cpu_ms_per_op") is not None for f in ops.values())
+    lines += [
         "| operation | ops/s | x floor | p50 ms | p99 ms | queries | server CPU ms/op "
-        "| of which system |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| of which system |" + (" PostgreSQL CPU ms/op |" if database else ""),
+        "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if database else ""),
     ]
     for name, figures in ops.items():
         lines.append(
@@ -211,6 +216,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {figures['p50_ms']:.1f} | {figures['p99_ms']:.1f} "
             f"| {_fmt_queries(main['queries'], name)} | {figures['server_cpu_ms_per_op']:.2f} "
             f"| {figures.get('server_sys_ms_per_op', 0):.2f} |"
+            + (f" {figures['database_cpu_ms_per_op']:.2f} |" if database else "")
         )
     lines += _mcp_table(ops)
     if main.get("wake"):

@@ -163,6 +163,9 @@ class Server:
     port: int
     env: dict[str, str]
     log_path: Path
+    # The PostgreSQL cluster's postmaster, where it runs on this machine: its
+    # backends' CPU is part of what a call costs (``database_cpu_seconds``).
+    database_pid: int | None = None
 
     def worker_pids(self) -> list[int]:
         pid = self.process.pid
@@ -195,6 +198,58 @@ class Server:
                 user += int(fields[11]) / tick
                 system += int(fields[12]) / tick
         return user, system
+
+    def database_cpu_seconds(self) -> float | None:
+        """CPU seconds of the PostgreSQL cluster so far, or None where it cannot be read.
+
+        The postmaster's own, the CPU of the backends it has reaped (a backend
+        that ends counts whole there, so a phase's difference holds what it
+        spent meanwhile), and that of every process it runs now: the server's
+        backends, its listeners', the WAL writer, the checkpointer, autovacuum.
+        With two servers on one cluster (``bench/compare.py``) a phase counts
+        whatever the cluster did meanwhile, which is that phase's server's work
+        but for background work the other's writes left.
+        """
+        if self.database_pid is None:
+            return None
+        tick = os.sysconf("SC_CLK_TCK")
+        pid = self.database_pid
+        try:
+            fields = _stat_fields(pid)
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            return None
+        total = sum(int(f) for f in fields[11:15])
+        for child in children:
+            with contextlib.suppress(OSError):
+                fields = _stat_fields(int(child))
+                total += int(fields[11]) + int(fields[12])
+        return total / tick
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` after the command name, from field 3 (state) on."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def postmaster_pid(database_url: str) -> int | None:
+    """The pid of the cluster behind ``database_url`` if it runs on this machine, else None."""
+    if not database_url.startswith(("postgres://", "postgresql://")):
+        return None
+    import psycopg
+
+    try:
+        with psycopg.connect(_psycopg_dsn(database_url), autocommit=True) as conn:
+            data_directory = conn.execute("SHOW data_directory").fetchone()[0]
+        pid = int(Path(data_directory, "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError, psycopg.Error):
+        return None
+    # Another machine's cluster may keep its files at the same path here: the process must be it.
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+    return pid if name in ("postgres", "postmaster") else None
 
 
 def active_requests_label(cfg: Config) -> str:
@@ -286,7 +341,13 @@ def start_server(cfg: Config, env: dict[str, str], workdir: Path, name: str) -> 
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    server = Server(process=process, port=port, env=env, log_path=log_path)
+    server = Server(
+        process=process,
+        port=port,
+        env=env,
+        log_path=log_path,
+        database_pid=postmaster_pid(env.get("DATABASE_URL", "")),
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
