@@ -21,7 +21,8 @@ Where a publication reaches, and what it costs while nothing happens (nothing):
 * **Every process of every host** (PostgreSQL, ``postgres.py``): the
   transaction runs ``NOTIFY plumb_wake``, which PostgreSQL delivers at
   commit, and only then, to every listening connection: one per server
-  process (``listen``).
+  process (``listen``). A sparse kind's topics go out on a channel of their
+  own, heard only by the processes waiting on that kind.
 
 A publication may carry its publisher's *mark* (``"p:7#ab12"``), which spares
 the subscriptions made with the same mark, and a *number* (``"w:3@812"``),
@@ -166,14 +167,20 @@ def publish(topics: Iterable[str], *, using: str = DEFAULT_DB_ALIAS) -> None:
         return
     connection = connections[using]
     if connection.vendor == "postgresql":
+        # Every process listens on CHANNEL, this host's included; on a sparse
+        # kind's channel, those waiting on that kind (postgres.py).
+        notices = [(channel, " ".join(each)) for channel, each in postgres.channels(topics).items()]
         carrier = getattr(_carrier, "writes", None)
         if carrier is not None:
             # publish_with: the NOTIFY rides in the statement of the writes.
-            carrier.select("pg_notify(%s, %s) IS NULL", [CHANNEL, " ".join(topics)])
+            for notice in notices:
+                carrier.select("pg_notify(%s, %s) IS NULL", list(notice))
         else:
-            # Every process listens on the channel, this host's included.
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, " ".join(topics)])
+                cursor.execute(
+                    "SELECT " + ", ".join(["pg_notify(%s, %s)"] * len(notices)),
+                    [part for notice in notices for part in notice],
+                )
         transaction.on_commit(lambda: deliver(topics), using=using)
     else:
         transaction.on_commit(lambda: _after_commit(topics), using=using)
@@ -244,7 +251,7 @@ class NotifyEach(Func):
     output_field = BooleanField(null=True)
 
     def __init__(self, prefix: str, column: str) -> None:
-        super().__init__(Value(CHANNEL), Value(prefix), column)
+        super().__init__(Value(postgres.channel_of(prefix)), Value(prefix), column)
 
     def as_sql(self, compiler, connection, **extra):
         return "NULL", []

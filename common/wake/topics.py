@@ -26,10 +26,14 @@ on its kind, and it is published often (every pickup of a note tells its
 sender's waiting ``list_sent_notes``, every room send its room's readers).
 A process counts its subscriptions to each sparse kind and announces the
 first and the last (``announcing``), so that the other processes of its
-host send it those publications only while it waits on one (``host.py``).
+host send it those publications only while it waits on one (``host.py``),
+and PostgreSQL only while it listens on that kind's channel
+(``postgres.py``).
 It announces before the subscription is made, so before the waiter's first
 look: a commit whose publication missed the announcement is one that look
-already sees.
+already sees. On PostgreSQL the announcement is a LISTEN, answered after the
+look may have run; once it is, the listener wakes the kind's subscriptions
+(``deliver_kind``) to look again.
 """
 
 from __future__ import annotations
@@ -185,6 +189,24 @@ def deliver(topics: Iterable[str]) -> None:
                     for s in _subscriptions.get(topic, ())
                     if (not mark or s.mark != mark) and s.receives(published)
                 )
+    for subscription in woken:
+        subscription.wake()
+
+
+def deliver_kind(prefix: str) -> None:
+    """Wake this process's subscriptions to any topic beginning with ``prefix``.
+
+    For a transport that starts carrying a sparse kind only once a waiter
+    announces it (``postgres.py``): a commit made before the transport
+    carried it is one that the woken waiters see when they look again.
+    """
+    with _subscriptions_guard:
+        woken = {
+            s
+            for topic, waiting in _subscriptions.items()
+            if topic.startswith(prefix)
+            for s in waiting
+        }
     for subscription in woken:
         subscription.wake()
 

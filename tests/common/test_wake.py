@@ -20,7 +20,7 @@ import pytest
 from django.db import connection, transaction
 from prometheus_client import REGISTRY
 
-from common import wake
+from common import pause, wake
 from tests.hostwake import busy_listener
 
 PROMPT = 10.0
@@ -154,7 +154,7 @@ def publish_elsewhere(topic: str) -> None:
 
         params = {**wake.postgres._listen_params("default"), "application_name": "plumb-test"}
         with psycopg.connect(**params) as other:
-            other.execute("SELECT pg_notify(%s, %s)", [wake.CHANNEL, topic])
+            other.execute("SELECT pg_notify(%s, %s)", [wake.postgres.channel_of(topic), topic])
         return
     code = (
         f"import django; django.setup();from common import wake;wake.host.send({topic!r}.split())"
@@ -614,3 +614,179 @@ def test_a_dead_listen_connection_is_replaced_within_the_check_and_the_metric_sa
     assert woken
     assert heard_before is not None
     assert heard_before <= died_at <= heard_after
+
+
+# --- sparse kinds on PostgreSQL: a channel each, listened on while waited on ----------------
+
+
+class Hearing:
+    """What this process's LISTEN connection hears (``postgres._heard``), and markers to wait for.
+
+    Notifications reach a listener in the order of their commits, so once a
+    marker published after a publication is heard, that publication has been
+    heard too, or will never be.
+    """
+
+    def __init__(self, monkeypatch) -> None:
+        self.payloads: list[str] = []
+        heard = wake.postgres._heard
+
+        def hearing(notify) -> None:
+            self.payloads.append(notify.payload)
+            heard(notify)
+
+        monkeypatch.setattr(wake.postgres, "_heard", hearing)
+        self.markers = 0
+
+    async def mark(self) -> None:
+        """Publish a topic of no sparse kind from elsewhere until it is heard.
+
+        Again and again, as a first one may go out before the listener listens.
+        """
+        self.markers += 1
+        marker = f"n:{900 + self.markers}"
+        deadline = time.monotonic() + PROMPT
+        while marker not in self.payloads:
+            assert time.monotonic() < deadline, f"{marker} was not heard within {PROMPT} s"
+            await asyncio.to_thread(publish_elsewhere, marker)
+            for _ in range(25):
+                if marker in self.payloads:
+                    break
+                await asyncio.sleep(0.02)
+
+    def rooms(self) -> list[str]:
+        return [p for p in self.payloads if p.startswith("r:")]
+
+
+def listeners_of_this_test() -> list[int]:
+    """Backend pids of the LISTEN connections, found by their application name."""
+    import psycopg
+
+    params = {**wake.postgres._listen_params("default"), "application_name": "plumb-test"}
+    with psycopg.connect(**params) as other:
+        rows = other.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = %s",
+            [wake.postgres.APPLICATION_NAME],
+        ).fetchall()
+    return [pid for (pid,) in rows]
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_process_waiting_on_no_room_is_not_told_of_room_publications(monkeypatch):
+    hearing = Hearing(monkeypatch)
+
+    async def scenario() -> None:
+        listening = wake.listen()
+        try:
+            await hearing.mark()  # listening on the common channel
+            await asyncio.to_thread(publish_elsewhere, "r:90")
+            await hearing.mark()
+        finally:
+            await listening.close()
+
+    asyncio.run(scenario())
+
+    assert "n:902" in hearing.payloads  # heard after r:90 would have been
+    assert hearing.rooms() == []
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_process_hears_a_kind_while_it_waits_on_it_and_lets_go_after_the_linger(monkeypatch):
+    monkeypatch.setattr(wake.postgres, "LINGER", 0.0)
+    hearing = Hearing(monkeypatch)
+
+    async def scenario() -> tuple[bool, bool]:
+        listening = wake.listen()
+        try:
+            await hearing.mark()
+            with wake.subscribed(["r:91"]) as first:
+                # Woken once its process listens on rooms' channel (it looks again then).
+                assert await first.wait_async(PROMPT)
+                with wake.subscribed(["r:91"]) as second:
+                    await asyncio.to_thread(publish_elsewhere, "r:91")
+                    told = await second.wait_async(PROMPT)
+            # The last waiter gone and the linger over, rooms' channel is let go.
+            deadline = time.monotonic() + PROMPT
+            while True:
+                heard = len(hearing.rooms())
+                await asyncio.to_thread(publish_elsewhere, "r:92")
+                await hearing.mark()
+                if len(hearing.rooms()) == heard:
+                    break
+                assert time.monotonic() < deadline, "rooms' channel still heard"
+            # Waited on again: listened on again.
+            with wake.subscribed(["r:93"]) as again:
+                assert await again.wait_async(PROMPT)
+                with wake.subscribed(["r:93"]) as later:
+                    await asyncio.to_thread(publish_elsewhere, "r:93")
+                    told_again = await later.wait_async(PROMPT)
+            return told, told_again
+        finally:
+            await listening.close()
+
+    assert asyncio.run(scenario()) == (True, True)
+    assert "r:91" in hearing.payloads
+    assert "r:93" in hearing.payloads
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_the_first_waiter_on_a_kind_looks_again_once_its_process_listens_on_it(monkeypatch):
+    """The first waiter on rooms subscribes and looks while its process's LISTEN on
+    rooms' channel is on its way: a send committed meanwhile is never told to this
+    process. Here nothing is published at all; the waiter is woken all the same,
+    once the LISTEN is answered, so that its next look finds such a send."""
+    hearing = Hearing(monkeypatch)
+    order: list[str] = []
+
+    async def scenario() -> bool:
+        listening = wake.listen()
+        try:
+            await hearing.mark()
+            pause.set_hook("wake.kind_listen", lambda: order.append("listen"))
+            with wake.subscribed(["r:94"]) as subscription:
+                order.append("subscribed")
+                woken = await subscription.wait_async(PROMPT)
+                order.append("woken")
+                return woken
+        finally:
+            pause.set_hook("wake.kind_listen", None)
+            await listening.close()
+
+    assert asyncio.run(scenario())
+    assert order == ["subscribed", "listen", "woken"]
+    assert hearing.rooms() == []
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_listener_that_connects_again_listens_again_on_the_kinds_waited_on(monkeypatch):
+    import psycopg
+
+    monkeypatch.setattr(wake.postgres, "RECONNECT_DELAY", 0.1)
+    hearing = Hearing(monkeypatch)
+
+    async def scenario() -> bool:
+        listening = wake.listen()
+        try:
+            await hearing.mark()
+            with wake.subscribed(["r:95"]) as held:
+                assert await held.wait_async(PROMPT)  # rooms' channel listened on
+                (first,) = await asyncio.to_thread(listeners_of_this_test)
+                params = {**wake.postgres._listen_params("default"), "application_name": "x"}
+                with psycopg.connect(**params) as other:
+                    other.execute("SELECT pg_terminate_backend(%s)", [first])
+                await hearing.mark()  # a new connection listens on the common channel
+                # The kind stayed waited on throughout: only a LISTEN made at the
+                # reconnection lets this publication through.
+                with wake.subscribed(["r:95"]) as later:
+                    await asyncio.to_thread(publish_elsewhere, "r:95")
+                    return await later.wait_async(PROMPT)
+        finally:
+            await listening.close()
+
+    assert asyncio.run(scenario())
+    assert "r:95" in hearing.payloads

@@ -252,15 +252,18 @@ def test_a_claim_tells_every_host_in_its_read_back_without_a_statement_of_its_ow
     alice = SessionFactory(workspace=workspace, name="alice")
     bob = SessionFactory(workspace=workspace, name="bob")
     leave(alice, body="for bob", to="bob")
+    told = f"t:{alice.name_id}"
     with psycopg.connect(**wake.postgres._listen_params("default")) as listener:
-        listener.execute(f"LISTEN {wake.CHANNEL}")
+        # Pickups are a sparse kind: they go out on its own channel (common/wake/postgres.py).
+        channel = psycopg.sql.Identifier(wake.postgres.channel_of(told))
+        listener.execute(psycopg.sql.SQL("LISTEN {}").format(channel))
         # Authentication, the candidates, the claiming UPDATE and the read-back.
         with django_assert_num_queries(4):
             response = client_for(bob).get("/api/v1/notes/")
         heard = [n.payload for n in listener.notifies(timeout=2, stop_after=1)]
 
     assert len(response.json()["notes"]) == 1
-    assert heard == [f"t:{alice.name_id}"]
+    assert heard == [told]
 
 
 # --- a pickup in another process of the host (SQLite's datagrams) ---------------------------
