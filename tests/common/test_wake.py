@@ -698,16 +698,20 @@ def test_a_process_hears_a_kind_while_it_waits_on_it_and_lets_go_after_the_linge
     monkeypatch.setattr(wake.postgres, "LINGER", 0.0)
     hearing = Hearing(monkeypatch)
 
+    async def told(topic: str) -> bool:
+        """Whether a publication of ``topic`` wakes a waiter while its kind is listened on."""
+        with wake.subscribed([topic]) as first:
+            # Woken once its process listens on rooms' channel (it looks again then).
+            assert await first.wait_async(PROMPT)
+            with wake.subscribed([topic]) as second:
+                await asyncio.to_thread(publish_elsewhere, topic)
+                return await second.wait_async(PROMPT)
+
     async def scenario() -> tuple[bool, bool]:
         listening = wake.listen()
         try:
             await hearing.mark()
-            with wake.subscribed(["r:91"]) as first:
-                # Woken once its process listens on rooms' channel (it looks again then).
-                assert await first.wait_async(PROMPT)
-                with wake.subscribed(["r:91"]) as second:
-                    await asyncio.to_thread(publish_elsewhere, "r:91")
-                    told = await second.wait_async(PROMPT)
+            first = await told("r:91")
             # The last waiter gone and the linger over, rooms' channel is let go.
             deadline = time.monotonic() + PROMPT
             while True:
@@ -718,12 +722,7 @@ def test_a_process_hears_a_kind_while_it_waits_on_it_and_lets_go_after_the_linge
                     break
                 assert time.monotonic() < deadline, "rooms' channel still heard"
             # Waited on again: listened on again.
-            with wake.subscribed(["r:93"]) as again:
-                assert await again.wait_async(PROMPT)
-                with wake.subscribed(["r:93"]) as later:
-                    await asyncio.to_thread(publish_elsewhere, "r:93")
-                    told_again = await later.wait_async(PROMPT)
-            return told, told_again
+            return first, await told("r:93")
         finally:
             await listening.close()
 
