@@ -194,7 +194,7 @@ class Server:
         user = system = 0.0
         for pid in self.worker_pids():
             with contextlib.suppress(OSError):
-                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                fields = _stat_fields(pid)
                 user += int(fields[11]) / tick
                 system += int(fields[12]) / tick
         return user, system
