@@ -37,6 +37,7 @@ says when the stalest listener last heard from PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -112,7 +113,9 @@ class _Kinds:
                 self.released[kind] = time.monotonic()
             loop, changed = self.loop, self.changed
         if loop is not None and changed is not None:
-            loop.call_soon_threadsafe(changed.set)
+            # A loop closed under a stopping worker listens to nothing any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(changed.set)
 
     def now_wanted(self) -> tuple[set[str], set[str]]:
         """(the kinds waited on, those let go at least ``LINGER`` seconds ago)."""

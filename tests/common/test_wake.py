@@ -789,3 +789,15 @@ def test_a_listener_that_connects_again_listens_again_on_the_kinds_waited_on(mon
 
     assert asyncio.run(scenario())
     assert "r:95" in hearing.payloads
+
+
+def test_a_kind_announced_after_the_listeners_loop_closed_is_noted_without_an_error():
+    """A worker stopping closes its loop; a thread still subscribing must not fail for it."""
+    kinds = wake.postgres._Kinds()
+    loop = asyncio.new_event_loop()
+    kinds.loop, kinds.changed = loop, asyncio.Event()
+    loop.close()
+
+    kinds.announce("r:", True)
+
+    assert kinds.wanted == {"r:"}
