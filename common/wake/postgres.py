@@ -92,16 +92,16 @@ def channels(topics: Iterable[str]) -> dict[str, list[str]]:
 class _Kinds:
     """The sparse kinds this process waits on, as ``topics.announcing`` reports them.
 
-    Written from any thread; the LISTEN connection follows it on the event
-    loop (``_follow``), nudged by ``changed``.
+    Written from any thread; the LISTEN connection follows it on ``loop``
+    (``_follow``), nudged by ``changed``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.guard = threading.Lock()
         self.wanted: set[str] = set()
         self.released: dict[str, float] = {}  # kind: when its last waiter let go (monotonic)
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.changed: asyncio.Event | None = None
+        self.loop = loop
+        self.changed = asyncio.Event()
 
     def announce(self, kind: str, held: bool) -> None:
         with self.guard:
@@ -111,22 +111,15 @@ class _Kinds:
             else:
                 self.wanted.discard(kind)
                 self.released[kind] = time.monotonic()
-            loop, changed = self.loop, self.changed
-        if loop is not None and changed is not None:
-            # A loop closed under a stopping worker listens to nothing any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(changed.set)
+        # A loop closed under a stopping worker listens to nothing any more.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self.changed.set)
 
     def now_wanted(self) -> tuple[set[str], set[str]]:
         """(the kinds waited on, those let go at least ``LINGER`` seconds ago)."""
         horizon = time.monotonic() - LINGER
         with self.guard:
             return set(self.wanted), {k for k, t in self.released.items() if t <= horizon}
-
-    def forget(self, kind: str) -> None:
-        with self.guard:
-            if kind not in self.wanted:
-                self.released.pop(kind, None)
 
 
 def _listen_params(using: str) -> dict:
@@ -151,8 +144,7 @@ async def listen_forever(using: str) -> None:
     """Hold one LISTEN connection, forever; after any loss, reconnect and wake everyone."""
     import psycopg
 
-    kinds = _Kinds()
-    kinds.loop, kinds.changed = asyncio.get_running_loop(), asyncio.Event()
+    kinds = _Kinds(asyncio.get_running_loop())
     # Called at once for each kind waited on now, then at each first and last waiter.
     _topics.announcing(kinds.announce)
     try:
@@ -181,7 +173,6 @@ async def _listen(conn: psycopg.AsyncConnection, kinds: _Kinds) -> None:
     await _follow(conn, kinds, listening)
     metrics.WAKE_LISTEN_HEARD.set_to_current_time()
     deliver([WAKE_ALL])  # anything published while we were not listening
-    assert kinds.changed is not None
     next_check = time.monotonic() + CHECK_INTERVAL
     while True:
         await _hear(conn, next_check - time.monotonic(), kinds.changed)
@@ -196,7 +187,6 @@ async def _follow(conn: psycopg.AsyncConnection, kinds: _Kinds, listening: set[s
     """LISTEN on the sparse kinds waited on, UNLISTEN those let go ``LINGER`` seconds ago."""
     from psycopg import sql
 
-    assert kinds.changed is not None
     kinds.changed.clear()  # before reading: a change made after it nudges again
     wanted, stale = kinds.now_wanted()
     for kind in sorted(wanted - listening):
@@ -208,7 +198,6 @@ async def _follow(conn: psycopg.AsyncConnection, kinds: _Kinds, listening: set[s
     for kind in sorted((listening - wanted) & stale):
         await conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel_of(kind))))
         listening.discard(kind)
-        kinds.forget(kind)
 
 
 def _heard(notify: psycopg.Notify) -> None:
@@ -216,9 +205,7 @@ def _heard(notify: psycopg.Notify) -> None:
     deliver(notify.payload.split(" "))
 
 
-async def _hear(
-    conn: psycopg.AsyncConnection, seconds: float, changed: asyncio.Event | None = None
-) -> None:
+async def _hear(conn: psycopg.AsyncConnection, seconds: float, changed: asyncio.Event) -> None:
     """Deliver the notifications ``conn`` receives for ``seconds``; raise if it fails meanwhile.
 
     Returns early once ``changed`` is set: the kinds to listen on changed.
@@ -248,15 +235,15 @@ async def _hear(
                 failed.set_exception(exc)
 
     loop.add_reader(fileno, readable)
-    nudged = None if changed is None else asyncio.ensure_future(changed.wait())
+    nudged = asyncio.ensure_future(changed.wait())
     try:
         readable()
-        ends = {failed} if nudged is None else {failed, nudged}
-        await asyncio.wait(ends, timeout=max(seconds, 0), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            {failed, nudged}, timeout=max(seconds, 0), return_when=asyncio.FIRST_COMPLETED
+        )
     finally:
         loop.remove_reader(fileno)
-        if nudged is not None and not nudged.done():
-            nudged.cancel()
+        nudged.cancel()
     if failed.done():
         failed.result()
 

@@ -154,7 +154,9 @@ def publish_elsewhere(topic: str) -> None:
 
         params = {**wake.postgres._listen_params("default"), "application_name": "plumb-test"}
         with psycopg.connect(**params) as other:
-            other.execute("SELECT pg_notify(%s, %s)", [wake.postgres.channel_of(topic), topic])
+            # As publish sends them: one NOTIFY for each channel its topics go out on.
+            for channel, each in wake.postgres.channels(topic.split()).items():
+                other.execute("SELECT pg_notify(%s, %s)", [channel, " ".join(each)])
         return
     code = (
         f"import django; django.setup();from common import wake;wake.host.send({topic!r}.split())"
@@ -658,20 +660,6 @@ class Hearing:
         return [p for p in self.payloads if p.startswith("r:")]
 
 
-def listeners_of_this_test() -> list[int]:
-    """Backend pids of the LISTEN connections, found by their application name."""
-    import psycopg
-
-    params = {**wake.postgres._listen_params("default"), "application_name": "plumb-test"}
-    with psycopg.connect(**params) as other:
-        rows = other.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name = %s",
-            [wake.postgres.APPLICATION_NAME],
-        ).fetchall()
-    return [pid for (pid,) in rows]
-
-
 @pytest.mark.postgresql
 @pytest.mark.django_db(transaction=True)
 def test_a_process_waiting_on_no_room_is_not_told_of_room_publications(monkeypatch):
@@ -774,8 +762,8 @@ def test_a_listener_that_connects_again_listens_again_on_the_kinds_waited_on(mon
             await hearing.mark()
             with wake.subscribed(["r:95"]) as held:
                 assert await held.wait_async(PROMPT)  # rooms' channel listened on
-                (first,) = await asyncio.to_thread(listeners_of_this_test)
                 params = {**wake.postgres._listen_params("default"), "application_name": "x"}
+                (first,) = await asyncio.to_thread(listen_backends, params)
                 with psycopg.connect(**params) as other:
                     other.execute("SELECT pg_terminate_backend(%s)", [first])
                 await hearing.mark()  # a new connection listens on the common channel
@@ -793,9 +781,8 @@ def test_a_listener_that_connects_again_listens_again_on_the_kinds_waited_on(mon
 
 def test_a_kind_announced_after_the_listeners_loop_closed_is_noted_without_an_error():
     """A worker stopping closes its loop; a thread still subscribing must not fail for it."""
-    kinds = wake.postgres._Kinds()
     loop = asyncio.new_event_loop()
-    kinds.loop, kinds.changed = loop, asyncio.Event()
+    kinds = wake.postgres._Kinds(loop)
     loop.close()
 
     kinds.announce("r:", True)
